@@ -1,0 +1,77 @@
+#include <algorithm>
+
+#include "gnnio/spmm/params.h"
+
+namespace gnnio {
+namespace {
+
+template <typename scalar_t, typename index_t>
+void spmm(const SpmmParams& p) {
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  const auto* col = static_cast<const index_t*>(p.col);
+  const auto* value = static_cast<const scalar_t*>(p.value);
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  auto* out = static_cast<scalar_t*>(p.out);
+  const int64_t width = p.width;
+
+#pragma omp parallel for schedule(dynamic, 64)
+  for (int64_t r = 0; r < p.num_rows; ++r) {
+    scalar_t* y = out + r * p.out_row_stride;
+    std::fill(y, y + width, scalar_t(0));
+    for (int64_t k = rowptr[r]; k < rowptr[r + 1]; ++k) {
+      const scalar_t* xr = x + int64_t(col[k]) * p.x_row_stride;
+      const scalar_t w = value ? value[k] : scalar_t(1);
+      for (int64_t f = 0; f < width; ++f) y[f] += w * xr[f];
+    }
+  }
+}
+
+template <typename scalar_t, typename index_t>
+void sddmm(const SddmmParams& p) {
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  const auto* col = static_cast<const index_t*>(p.col);
+  const auto* a = static_cast<const scalar_t*>(p.a);
+  const auto* b = static_cast<const scalar_t*>(p.b);
+  auto* out = static_cast<scalar_t*>(p.out);
+
+#pragma omp parallel for schedule(dynamic, 64)
+  for (int64_t r = 0; r < p.num_rows; ++r) {
+    const scalar_t* ar = a + r * p.a_row_stride;
+    for (int64_t k = rowptr[r]; k < rowptr[r + 1]; ++k) {
+      const scalar_t* br = b + int64_t(col[k]) * p.b_row_stride;
+      scalar_t acc = 0;
+      for (int64_t f = 0; f < p.width; ++f) acc += ar[f] * br[f];
+      out[k] = acc;
+    }
+  }
+}
+
+template <template <typename, typename> class Kernel, typename Params>
+void dispatch(const Params& p, const char* name) {
+  dispatch_index(p.index_type, [&](auto index) {
+    using index_t = decltype(index);
+    switch (p.scalar_type) {
+      case ScalarType::kFloat32: return Kernel<float, index_t>::run(p);
+      case ScalarType::kFloat64: return Kernel<double, index_t>::run(p);
+      default:
+        detail::fail(ErrorKind::kInvalidArgument, name, " on CPU supports float32 and float64, got ",
+                     to_string(p.scalar_type));
+    }
+  });
+}
+
+template <typename scalar_t, typename index_t>
+struct SpmmKernel {
+  static void run(const SpmmParams& p) { spmm<scalar_t, index_t>(p); }
+};
+template <typename scalar_t, typename index_t>
+struct SddmmKernel {
+  static void run(const SddmmParams& p) { sddmm<scalar_t, index_t>(p); }
+};
+
+}  // namespace
+
+void spmm_cpu(const SpmmParams& p) { dispatch<SpmmKernel>(p, "spmm"); }
+void sddmm_cpu(const SddmmParams& p) { dispatch<SddmmKernel>(p, "sddmm"); }
+
+}  // namespace gnnio
