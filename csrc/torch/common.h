@@ -1,0 +1,51 @@
+// Shared helpers of the binding: framework types -> core types, and core errors -> the Python
+// exceptions PyG users expect. Kernels never see anything from this file.
+#pragma once
+
+#include <torch/library.h>
+#include <ATen/ATen.h>
+
+#include "gnnio/common/error.h"
+#include "gnnio/common/types.h"
+
+namespace gnnio::binding {
+
+inline ScalarType scalar_type_of(const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return ScalarType::kFloat32;
+    case at::kDouble: return ScalarType::kFloat64;
+    case at::kHalf: return ScalarType::kFloat16;
+    case at::kBFloat16: return ScalarType::kBFloat16;
+    default:
+      TORCH_CHECK_TYPE(false, name, " must be a floating-point tensor (float32, float64, float16 or ",
+                       "bfloat16), got ", t.scalar_type());
+  }
+}
+
+inline IndexType index_type_of(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, name,
+                    " must be an int32 or int64 tensor, got ", t.scalar_type());
+  return t.scalar_type() == at::kInt ? IndexType::kInt32 : IndexType::kInt64;
+}
+
+inline void check_same_device(const at::Tensor& a, const char* a_name, const at::Tensor& b,
+                              const char* b_name) {
+  TORCH_CHECK_VALUE(a.device() == b.device(), a_name, " is on ", a.device(), " but ", b_name,
+                    " is on ", b.device());
+}
+
+// Runs fn, translating gnnio::Error into IndexError / ValueError / RuntimeError.
+template <typename Fn>
+decltype(auto) translate_errors(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    switch (e.kind()) {
+      case ErrorKind::kIndex: TORCH_CHECK_INDEX(false, e.what());
+      case ErrorKind::kInvalidArgument: TORCH_CHECK_VALUE(false, e.what());
+      default: TORCH_CHECK(false, e.what());
+    }
+  }
+}
+
+}  // namespace gnnio::binding

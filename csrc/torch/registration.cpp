@@ -1,0 +1,62 @@
+// The one place where gnnio's operators are declared. Implementations register per device in
+// graph_ops.cpp / spmm_ops.cpp (CPU) and cuda/*.cpp (CUDA); autograd and fake (meta) kernels
+// are registered from Python (gnnio/_ops.py) with torch.library.
+#include <Python.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <vector>
+
+#include "cache_registry.h"
+
+namespace gnnio::binding {
+namespace {
+
+std::mutex& hooks_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<std::function<void(int64_t)>>& hooks() {
+  static std::vector<std::function<void(int64_t)>> h;
+  return h;
+}
+
+void release_cache(int64_t cache_key) {
+  std::lock_guard<std::mutex> lock(hooks_mutex());
+  for (auto& hook : hooks()) hook(cache_key);
+}
+
+}  // namespace
+
+void register_cache_release_hook(std::function<void(int64_t)> hook) {
+  std::lock_guard<std::mutex> lock(hooks_mutex());
+  hooks().push_back(std::move(hook));
+}
+
+}  // namespace gnnio::binding
+
+TORCH_LIBRARY(gnnio, m) {
+  // CSR over num_rows rows from a COO list (stable: each row keeps its edges' input order).
+  m.def("csr_from_coo(Tensor row, Tensor col, int num_rows, int num_cols) -> "
+        "(Tensor rowptr, Tensor col_sorted, Tensor perm)");
+  // out[num_rows, F] = A · x with A the CSR (rowptr, col, value); x is [num_cols, F].
+  // (rowptr_t, col_t, value_t) is A's transpose, read only by the backward pass. cache_key
+  // names the gnnio.Graph that owns the CSR, so cuSPARSE descriptors and workspace are kept
+  // with it (-1: no caching).
+  m.def("spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor x, int num_rows, int num_cols, "
+        "int cache_key, Tensor rowptr_t, Tensor col_t, Tensor? value_t, int cache_key_t) -> Tensor");
+  // out[k] = <a[row(k)], b[col[k]]> for each CSR slot k: the gradient of SpMM's values.
+  m.def("sddmm(Tensor rowptr, Tensor col, Tensor a, Tensor b) -> Tensor");
+  // Parses the bytes of a Matrix Market file (uint8 tensor).
+  m.def("parse_mtx(Tensor text) -> (Tensor row, Tensor col, Tensor value, int num_rows, "
+        "int num_cols, bool symmetric)");
+  // Drops every cached plan of a Graph (called when the Graph is garbage-collected).
+  m.def("release_cache(int cache_key) -> ()", &gnnio::binding::release_cache);
+}
+
+// The library is loaded with torch.ops.load_library; this stub only lets `import gnnio._C`
+// find the shared object.
+extern "C" PyObject* PyInit__C(void) {
+  static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module);
+}

@@ -1,0 +1,319 @@
+"""gnnio.Graph: a graph structure with every format a layer needs, computed once and cached.
+
+A Graph owns, for one edge_index:
+- ``csr_by_dst``: CSR with destinations as rows (what forward aggregations read) and ``perm``,
+  the input edge id of each CSR slot (so per-edge inputs given in the caller's order line up);
+- ``csr_by_src``: the transpose (sources as rows), built lazily the first time a gradient needs it;
+- in/out degrees and statistics for the planner;
+- per (dtype, reduce/normalisation) the edge values SpMM multiplies by, in both CSR orders;
+- through its ``cache_key``, the cuSPARSE descriptors and workspace of each (dtype, width), which
+  the CUDA kernels keep with it and free when the Graph is garbage-collected.
+
+Caches follow torch_sparse's SparseStorage: computed when first needed, reused afterwards, never
+keyed on raw pointers of someone else's tensors.
+"""
+import itertools
+import weakref
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+
+from gnnio._ops import ops
+
+_INT32_MAX = 2**31 - 1
+_cache_keys = itertools.count()
+
+
+class CSR(NamedTuple):
+    rowptr: torch.Tensor  # [num_rows + 1]
+    col: torch.Tensor  # [num_edges] column of each CSR slot
+    perm: torch.Tensor  # [num_edges] input edge id of each CSR slot
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    """Strips tensor subclasses (PyG's EdgeIndex) so plain kernels see a plain Tensor."""
+    return t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t
+
+
+def check_edge_index(edge_index, name: str = "edge_index") -> torch.Tensor:
+    if not isinstance(edge_index, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape [2, num_edges], "
+                        f"got {type(edge_index).__name__}")
+    if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex \
+            or edge_index.dtype == torch.bool:
+        raise ValueError(f"{name} must have an integer dtype (int32 or int64), got {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"{name} must have shape [2, num_edges], got {list(edge_index.shape)}")
+    return _plain(edge_index)
+
+
+class Graph:
+    r"""A (possibly bipartite) directed graph, edges flowing from ``edge_index[0]`` (source j)
+    to ``edge_index[1]`` (destination i), as in PyG's ``source_to_target`` flow.
+
+    Args:
+        edge_index (Tensor or torch_geometric.EdgeIndex): ``[2, E]`` int32/int64, on CPU or CUDA.
+            Duplicate edges and self loops are kept as given; order does not matter.
+        num_nodes (int, optional): number of nodes of a non-bipartite graph. If neither this nor
+            ``size`` is given it is ``edge_index.max() + 1`` (one device sync).
+        size ((int, int), optional): ``(num_src, num_dst)`` of a bipartite graph.
+
+    Raises ``ValueError`` for a malformed edge_index or size and ``IndexError`` for ids out of
+    range, on the host and before any kernel runs.
+    """
+
+    def __init__(self, edge_index: torch.Tensor, num_nodes: Optional[int] = None, *,
+                 size: Optional[Tuple[int, int]] = None):
+        original = edge_index
+        if size is None and num_nodes is None and _pyg_sparse_size(edge_index) is not None:
+            size = _pyg_sparse_size(edge_index)
+        edge_index = check_edge_index(edge_index)
+        if size is not None:
+            if num_nodes is not None:
+                raise ValueError("give either num_nodes or size, not both")
+            if len(size) != 2:
+                raise ValueError(f"size must be (num_src, num_dst), got {size}")
+            num_src, num_dst = (int(s) for s in size)
+        elif num_nodes is not None:
+            num_src = num_dst = int(num_nodes)
+        else:
+            num_src = num_dst = int(edge_index.max()) + 1 if edge_index.numel() else 0
+        if num_src < 0 or num_dst < 0:
+            raise ValueError(f"node counts must be >= 0, got num_src={num_src}, num_dst={num_dst}")
+
+        self.num_src, self.num_dst = num_src, num_dst
+        self.num_edges = edge_index.size(1)
+        self.device = edge_index.device
+        fits32 = max(num_src, num_dst, self.num_edges) <= _INT32_MAX
+        self.index_dtype = torch.int32 if fits32 else torch.int64
+        ei = edge_index.to(self.index_dtype)
+        self._src, self._dst = ei[0].contiguous(), ei[1].contiguous()
+
+        if _is_pyg_edge_index(original):  # reuse the EdgeIndex's own sort once ids are checked
+            _check_ids(self._src, num_src, "edge_index[0] (source)")
+            _check_ids(self._dst, num_dst, "edge_index[1] (destination)")
+            self.csr_by_dst = _pyg_csc(original, self.index_dtype)
+        else:
+            self.csr_by_dst = self._build(self._dst, self._src, num_dst, num_src)
+        self._csr_by_src: Optional[CSR] = None
+        self._values = {}
+        self.cache_key = next(_cache_keys) * 2  # csr_by_dst's plans; +1 for csr_by_src's
+        weakref.finalize(self, _release, self.cache_key)
+
+    # -- formats ------------------------------------------------------------------------------
+    def _build(self, row, col, num_rows, num_cols) -> CSR:
+        try:
+            return CSR(*ops.csr_from_coo(row, col, num_rows, num_cols))
+        except IndexError as e:
+            which = "edge_index[1] (destination)" if row is self._dst else "edge_index[0] (source)"
+            raise IndexError(f"{which}: {e}") from None
+
+    @property
+    def csr_by_src(self) -> CSR:
+        """The transpose (rows = sources), built the first time it is asked for."""
+        if self._csr_by_src is None:
+            self._csr_by_src = self._build(self._src, self._dst, self.num_src, self.num_dst)
+        return self._csr_by_src
+
+    @property
+    def has_csr_by_src(self) -> bool:
+        return self._csr_by_src is not None
+
+    @property
+    def edge_index(self) -> torch.Tensor:
+        return torch.stack([self._src, self._dst])
+
+    @property
+    def is_bipartite(self) -> bool:
+        return self.num_src != self.num_dst
+
+    def in_degree(self) -> torch.Tensor:
+        """Number of incoming edges of each destination (duplicates counted), int64."""
+        return self._cached("in_degree", lambda: self.csr_by_dst.rowptr.diff().long())
+
+    def out_degree(self) -> torch.Tensor:
+        return self._cached("out_degree", lambda: self.csr_by_src.rowptr.diff().long())
+
+    def stats(self) -> dict:
+        """Cheap statistics of the in-degree distribution, for the planner and for reports."""
+        def compute():
+            deg = self.in_degree().double()
+            if deg.numel() == 0:
+                return {"num_src": self.num_src, "num_dst": self.num_dst, "num_edges": 0,
+                        "max_in_degree": 0, "mean_in_degree": 0.0, "in_degree_skew": 0.0,
+                        "p99_in_degree": 0.0, "isolated_dst": 0}
+            mean = deg.mean().item()
+            mx = deg.max().item()
+            return {
+                "num_src": self.num_src, "num_dst": self.num_dst, "num_edges": self.num_edges,
+                "max_in_degree": int(mx), "mean_in_degree": mean,
+                # max / mean: how much longer the longest row is than an average one.
+                "in_degree_skew": mx / mean if mean > 0 else 0.0,
+                "p99_in_degree": deg.quantile(0.99).item() if deg.numel() <= 2**24
+                else deg.kthvalue(max(1, int(0.99 * deg.numel()))).values.item(),
+                "isolated_dst": int((deg == 0).sum().item()),
+            }
+        return self._cached("stats", compute)
+
+    # -- SpMM operands ------------------------------------------------------------------------
+    def _cached(self, key, fn):
+        if key not in self._values:
+            self._values[key] = fn()
+        return self._values[key]
+
+    def _inv_in_degree(self, dtype):
+        return self._cached(("inv_deg", dtype),
+                            lambda: 1.0 / self.in_degree().clamp(min=1).to(dtype))
+
+    def spmm_values(self, dtype: torch.dtype, reduce: str = "sum",
+                    edge_weight: Optional[torch.Tensor] = None, need_transpose: bool = True):
+        """Edge values (in csr_by_dst order, and in csr_by_src order or None) for
+        ``out_i = reduce_j w_ij x_j``; ``mean`` divides by the in-degree (edge count, like PyG)."""
+        if reduce not in ("sum", "add", "mean"):
+            raise ValueError(f"reduce must be 'sum' or 'mean' for SpMM, got {reduce!r}")
+        mean = reduce == "mean"
+        if edge_weight is None:
+            if not mean:
+                ones = self._cached(("ones", dtype),
+                                    lambda: torch.ones(self.num_edges, dtype=dtype, device=self.device))
+                return ones, ones if need_transpose else None
+            value = self._cached(("mean", dtype), lambda: self._inv_in_degree(dtype).repeat_interleave(
+                self.in_degree(), output_size=self.num_edges))
+            value_t = self._cached(("mean_t", dtype), lambda: self._inv_in_degree(dtype)[
+                self.csr_by_src.col.long()]) if need_transpose else None
+            return value, value_t
+        w = self._check_edge_weight(edge_weight, dtype)
+        value = w[self.csr_by_dst.perm.long()]
+        value_t = w[self.csr_by_src.perm.long()] if need_transpose else None
+        if mean:
+            value = value * self.spmm_values(dtype, "mean")[0]
+            if need_transpose:
+                value_t = value_t * self._inv_in_degree(dtype)[self.csr_by_src.col.long()]
+        return value, value_t
+
+    def _check_edge_weight(self, edge_weight, dtype):
+        if not isinstance(edge_weight, torch.Tensor):
+            raise TypeError(f"edge_weight must be a Tensor, got {type(edge_weight).__name__}")
+        if edge_weight.dim() != 1 or edge_weight.numel() != self.num_edges:
+            raise ValueError(f"edge_weight must have shape [num_edges] = [{self.num_edges}], "
+                             f"got {list(edge_weight.shape)}")
+        if edge_weight.device != self.device:
+            raise ValueError(f"edge_weight is on {edge_weight.device} but the graph is on {self.device}")
+        if not edge_weight.dtype.is_floating_point:
+            raise TypeError(f"edge_weight must be floating point, got {edge_weight.dtype}")
+        return edge_weight.to(dtype)
+
+    # -- GCN normalisation --------------------------------------------------------------------
+    def with_remaining_self_loops(self) -> Tuple["Graph", torch.Tensor, torch.Tensor]:
+        """PyG's add_remaining_self_loops: existing loops are removed and one loop per node is
+        appended (in node order). Returns (graph, kept, loop_edge): ``kept`` are the input ids of
+        the non-loop edges (in order); ``loop_edge[v]`` is the input id of v's existing loop
+        (the last one, as PyG's scatter keeps) or -1."""
+        def compute():
+            if self.is_bipartite:
+                raise ValueError("self loops need a graph with num_src == num_dst")
+            n = self.num_dst
+            src, dst = self._src.long(), self._dst.long()
+            is_loop = src == dst
+            kept = (~is_loop).nonzero().view(-1)
+            loops = torch.arange(n, device=self.device)
+            ei = torch.cat([torch.stack([src[kept], dst[kept]]), torch.stack([loops, loops])], 1)
+            loop_edge = torch.full((n,), -1, dtype=torch.long, device=self.device)
+            loop_ids = is_loop.nonzero().view(-1)
+            # Later loops overwrite earlier ones: scatter_reduce('amax') on edge ids is that,
+            # deterministically.
+            loop_edge.scatter_reduce_(0, src[loop_ids], loop_ids, reduce="amax")
+            return Graph(ei, num_nodes=n), kept, loop_edge
+        return self._cached("self_loops", compute)
+
+    def gcn_values(self, dtype: torch.dtype, edge_weight: Optional[torch.Tensor] = None,
+                   improved: bool = False, add_self_loops: bool = True, normalize: bool = True):
+        """(graph, value, value_t) of GCN's propagation matrix D^-1/2 (A [+ I]) D^-1/2, as PyG's
+        gcn_norm computes it. Cached per dtype and options when edge_weight is None."""
+        if edge_weight is None:
+            key = ("gcn", dtype, improved, add_self_loops, normalize)
+            return self._cached(key, lambda: self._gcn_values(dtype, None, improved,
+                                                              add_self_loops, normalize))
+        return self._gcn_values(dtype, self._check_edge_weight(edge_weight, dtype), improved,
+                                add_self_loops, normalize)
+
+    def _gcn_values(self, dtype, w, improved, add_self_loops, normalize):
+        if w is None:
+            w = torch.ones(self.num_edges, dtype=dtype, device=self.device)
+        graph = self
+        if add_self_loops:
+            graph, kept, loop_edge = self.with_remaining_self_loops()
+            loop_w = torch.full((self.num_dst,), 2.0 if improved else 1.0, dtype=dtype,
+                                device=self.device)
+            has_loop = loop_edge >= 0
+            loop_w = torch.where(has_loop, w[loop_edge.clamp(min=0)], loop_w)
+            w = torch.cat([w[kept], loop_w])
+        if normalize:
+            # Weighted in-degree as A · 1 with our own SpMM: deterministic, no atomics.
+            ones = torch.ones(graph.num_src, 1, dtype=dtype, device=self.device)
+            deg = _spmm_raw(graph, w[graph.csr_by_dst.perm.long()], ones).view(-1)
+            dis = deg.pow(-0.5)
+            dis = dis.masked_fill(dis == float("inf"), 0.0)
+            w = dis[graph._src.long()] * w * dis[graph._dst.long()]
+        value = w[graph.csr_by_dst.perm.long()]
+        value_t = w[graph.csr_by_src.perm.long()]
+        return graph, value, value_t
+
+    def __repr__(self):
+        kind = f"num_src={self.num_src}, num_dst={self.num_dst}" if self.is_bipartite \
+            else f"num_nodes={self.num_dst}"
+        return f"Graph({kind}, num_edges={self.num_edges}, device={self.device})"
+
+
+def _check_ids(ids, bound, what):
+    if ids.numel() == 0:
+        return
+    lo, hi = torch.aminmax(ids)
+    lo, hi = int(lo), int(hi)
+    if lo < 0 or hi >= bound:
+        raise IndexError(f"{what}: ids must lie in [0, {bound}), found values in [{lo}, {hi}]")
+
+
+def _spmm_raw(graph: Graph, value: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Forward-only SpMM over csr_by_dst (used for degrees); autograd still flows to value."""
+    r = graph.csr_by_dst
+    empty = r.rowptr.new_empty(0)
+    return ops.spmm(r.rowptr, r.col, value, x, graph.num_dst, graph.num_src, -1, empty, empty,
+                    None, -1)
+
+
+def _release(key: int) -> None:
+    try:
+        ops.release_cache(key)
+        ops.release_cache(key + 1)
+    except Exception:  # interpreter shutdown: the library may be gone already
+        pass
+
+
+def _pyg_sparse_size(edge_index):
+    try:
+        from torch_geometric import EdgeIndex
+    except ImportError:
+        return None
+    if isinstance(edge_index, EdgeIndex):
+        size = edge_index.sparse_size()
+        if size[0] is not None and size[1] is not None:
+            return (int(size[0]), int(size[1]))
+    return None
+
+
+def _is_pyg_edge_index(edge_index) -> bool:
+    try:
+        from torch_geometric import EdgeIndex
+    except ImportError:
+        return False
+    return isinstance(edge_index, EdgeIndex)
+
+
+def _pyg_csc(edge_index, dtype) -> CSR:
+    """An EdgeIndex's CSC (destination-major) form, which the EdgeIndex caches itself."""
+    (colptr, row), perm = edge_index.get_csc()
+    if perm is None:
+        perm = torch.arange(edge_index.size(1), device=edge_index.device)
+    return CSR(_plain(colptr).to(dtype).contiguous(), _plain(row).to(dtype).contiguous(),
+               _plain(perm).to(dtype).contiguous())

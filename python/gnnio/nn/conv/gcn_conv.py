@@ -1,0 +1,92 @@
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch.nn import Parameter
+
+from gnnio.nn._common import GraphCache, check_channels, check_kwargs
+from gnnio.ops import gcn_propagate
+
+
+class GCNConv(torch.nn.Module):
+    r"""The graph convolutional operator from `"Semi-supervised Classification with Graph
+    Convolutional Networks" <https://arxiv.org/abs/1609.02907>`_, drop-in for
+    ``torch_geometric.nn.GCNConv`` (PyG 2.8).
+
+    .. math::
+        \mathbf{X}^{\prime} = \mathbf{\hat{D}}^{-1/2} \mathbf{\hat{A}}
+        \mathbf{\hat{D}}^{-1/2} \mathbf{X} \mathbf{\Theta},
+
+    with :math:`\mathbf{\hat{A}} = \mathbf{A} + \mathbf{I}` (self loops of weight 1, or 2 when
+    ``improved``; an existing loop keeps its weight) and :math:`\hat{D}_{ii} = \sum_j \hat{A}_{ij}`
+    summed over incoming edges. The aggregation is one cuSPARSE SpMM (CUDA) or OpenMP SpMM (CPU)
+    over the destination CSR; the backward pass uses the cached transpose.
+
+    Args:
+        in_channels (int), out_channels (int): feature sizes (lazy ``-1`` is not supported).
+        improved (bool): self loops of weight 2. (default: ``False``)
+        cached (bool): keep the normalised structure of the first call for every later call, as
+            PyG does (for transductive learning). Without it gnnio still caches the Graph and
+            its normalisation while the same edge_index tensor is passed unmodified. Explicit
+            ``edge_weight`` is renormalised on every call. (default: ``False``)
+        add_self_loops (bool, optional): default ``normalize``.
+        normalize (bool): apply the symmetric normalisation. (default: ``True``)
+        bias (bool): learn an additive bias. (default: ``True``)
+
+    Shapes: x ``[N, in_channels]``; edge_index ``[2, E]`` (Tensor, EdgeIndex or gnnio.Graph);
+    edge_weight ``[E]`` optional; output ``[N, out_channels]``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
+                 cached: bool = False, add_self_loops: Optional[bool] = None,
+                 normalize: bool = True, bias: bool = True, **kwargs):
+        if kwargs.get("aggr", "add") == "add":
+            kwargs.pop("aggr", None)
+        check_kwargs("GCNConv", kwargs)
+        check_channels("GCNConv", in_channels, out_channels)
+        super().__init__()
+        if add_self_loops is None:
+            add_self_loops = normalize
+        if add_self_loops and not normalize:
+            raise ValueError(f"'{self.__class__.__name__}' does not support adding self-loops to "
+                             "the graph when no on-the-fly normalization is applied")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.improved, self.cached = improved, cached
+        self.add_self_loops, self.normalize = add_self_loops, normalize
+        self.lin = torch.nn.Linear(in_channels, out_channels, bias=False)
+        if bias:
+            self.bias = Parameter(torch.empty(out_channels))
+        else:
+            self.register_parameter("bias", None)
+        self._graphs = GraphCache()
+        self._cached_graph = None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        torch.nn.init.xavier_uniform_(self.lin.weight)  # PyG's 'glorot'
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)
+        self._graphs.clear()
+        self._cached_graph = None
+
+    def forward(self, x: Tensor, edge_index, edge_weight: Optional[Tensor] = None) -> Tensor:
+        if isinstance(x, (tuple, list)):
+            raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features as "
+                             "input while this layer does not support bipartite message passing. "
+                             "Please try other layers such as 'SAGEConv' or 'GraphConv' instead")
+        if not isinstance(x, Tensor) or x.dim() != 2:
+            raise ValueError("x must be a 2-D Tensor [num_nodes, in_channels]")
+        if self.cached and self._cached_graph is not None:
+            graph = self._cached_graph
+        else:
+            graph = self._graphs.get(edge_index, x.size(0), x.size(0))
+            if self.cached:
+                self._cached_graph = graph
+        x = self.lin(x)
+        out = gcn_propagate(graph, x, edge_weight, self.improved, self.add_self_loops, self.normalize)
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels})"

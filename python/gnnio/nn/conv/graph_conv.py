@@ -1,0 +1,85 @@
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
+from gnnio.ops import spmm
+
+_SPMM_AGGR = {"add": "sum", "sum": "sum", "mean": "mean"}
+
+
+class GraphConv(torch.nn.Module):
+    r"""The graph neural network operator from `"Weisfeiler and Leman Go Neural: Higher-order
+    Graph Neural Networks" <https://arxiv.org/abs/1810.02244>`_, drop-in for
+    ``torch_geometric.nn.GraphConv`` (PyG 2.8).
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \mathbf{W}_1 \mathbf{x}_i + \mathbf{W}_2
+        \bigoplus_{j \in \mathcal{N}(i)} e_{j,i} \cdot \mathbf{x}_j
+
+    with :math:`\bigoplus` the sum (``aggr='add'``) or mean (``'mean'``) over incoming edges,
+    computed by one SpMM over the destination CSR before ``lin_rel`` as PyG does.
+
+    Args:
+        in_channels (int or (int, int)): source (and destination) feature sizes.
+        out_channels (int): output size.
+        aggr (str): ``'add'`` or ``'mean'``. (default: ``'add'``)
+        bias (bool): bias of ``lin_rel``. (default: ``True``)
+
+    Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_weight ``[E]`` optional;
+    size ``(N_src, N_dst)`` optional; output ``[N_dst, out_channels]``.
+    """
+
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
+                 aggr: str = "add", bias: bool = True, **kwargs):
+        if not isinstance(aggr, str) or aggr not in _SPMM_AGGR:
+            raise NotImplementedError(f"gnnio.nn.GraphConv does not support aggr={aggr!r} yet "
+                                      "(supported: 'add', 'mean')")
+        check_kwargs("GraphConv", kwargs)
+        super().__init__()
+        if isinstance(in_channels, int):
+            in_channels = (in_channels, in_channels)
+        check_channels("GraphConv", *in_channels, out_channels)
+        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
+        self.lin_rel = torch.nn.Linear(in_channels[0], out_channels, bias=bias)
+        self.lin_root = torch.nn.Linear(in_channels[1], out_channels, bias=False)
+        self._graphs = GraphCache()
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.lin_rel.reset_parameters()
+        self.lin_root.reset_parameters()
+        self._graphs.clear()
+
+    def forward(self, x, edge_index, edge_weight: Optional[Tensor] = None,
+                size: Optional[Tuple[int, int]] = None) -> Tensor:
+        x_src, x_dst = split_pair(x)
+        num_src, num_dst = _sizes(x_src, x_dst, size)
+        graph = self._graphs.get(edge_index, num_src, num_dst)
+        out = spmm(graph, x_src, edge_weight, _SPMM_AGGR[self.aggr])
+        out = self.lin_rel(out)
+        if x_dst is not None:
+            out = out + self.lin_root(x_dst)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"
+
+
+def _sizes(x_src: Tensor, x_dst: Optional[Tensor], size) -> Tuple[int, int]:
+    """(num_src, num_dst) as PyG's propagate infers them: from `size`, else from the features;
+    a missing destination count falls back to the source count."""
+    if size is not None:
+        if len(size) != 2:
+            raise ValueError(f"size must be (num_src, num_dst), got {size}")
+        num_src = size[0] if size[0] is not None else x_src.size(0)
+        num_dst = size[1] if size[1] is not None else (x_dst.size(0) if x_dst is not None else num_src)
+    else:
+        num_src = x_src.size(0)
+        num_dst = x_dst.size(0) if x_dst is not None else num_src
+    if x_src.size(0) != num_src:
+        raise ValueError(f"x_src has {x_src.size(0)} rows but size says {num_src} source nodes")
+    if x_dst is not None and x_dst.size(0) != num_dst:
+        raise ValueError(f"x_dst has {x_dst.size(0)} rows but size says {num_dst} destination nodes")
+    return int(num_src), int(num_dst)

@@ -1,0 +1,78 @@
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
+from gnnio.nn.conv.graph_conv import _sizes
+from gnnio.ops import spmm
+
+
+class SAGEConv(torch.nn.Module):
+    r"""The GraphSAGE operator from `"Inductive Representation Learning on Large Graphs"
+    <https://arxiv.org/abs/1706.02216>`_, drop-in for ``torch_geometric.nn.SAGEConv`` (PyG 2.8).
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \mathbf{W}_1 \mathbf{x}_i + \mathbf{W}_2 \cdot
+        \mathrm{mean}_{j \in \mathcal{N}(i)} \mathbf{x}_j
+
+    The mean is one SpMM over the destination CSR with cached 1/deg edge values.
+
+    Args:
+        in_channels (int or (int, int)), out_channels (int): feature sizes.
+        aggr (str): ``'mean'`` (max/min come with the reduction family). (default: ``'mean'``)
+        normalize (bool): L2-normalise the output. (default: ``False``)
+        root_weight (bool): add :math:`\mathbf{W}_1 \mathbf{x}_i`. (default: ``True``)
+        project (bool): first :math:`\mathbf{x}_j \leftarrow \mathrm{ReLU}(\mathbf{W}_3
+            \mathbf{x}_j + \mathbf{b})`. (default: ``False``)
+        bias (bool): bias of ``lin_l``. (default: ``True``)
+
+    Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; size optional; output
+    ``[N_dst, out_channels]``.
+    """
+
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
+                 aggr: str = "mean", normalize: bool = False, root_weight: bool = True,
+                 project: bool = False, bias: bool = True, **kwargs):
+        if not isinstance(aggr, str) or aggr != "mean":
+            raise NotImplementedError(f"gnnio.nn.SAGEConv does not support aggr={aggr!r} yet "
+                                      "(supported: 'mean')")
+        check_kwargs("SAGEConv", kwargs)
+        super().__init__()
+        if isinstance(in_channels, int):
+            in_channels = (in_channels, in_channels)
+        check_channels("SAGEConv", *in_channels, out_channels)
+        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
+        self.normalize, self.root_weight, self.project = normalize, root_weight, project
+        if project:
+            self.lin = torch.nn.Linear(in_channels[0], in_channels[0], bias=True)
+        self.lin_l = torch.nn.Linear(in_channels[0], out_channels, bias=bias)
+        if root_weight:
+            self.lin_r = torch.nn.Linear(in_channels[1], out_channels, bias=False)
+        self._graphs = GraphCache()
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if self.project:
+            self.lin.reset_parameters()
+        self.lin_l.reset_parameters()
+        if self.root_weight:
+            self.lin_r.reset_parameters()
+        self._graphs.clear()
+
+    def forward(self, x, edge_index, size: Optional[Tuple[int, int]] = None) -> Tensor:
+        x_src, x_dst = split_pair(x)
+        if self.project:
+            x_src = self.lin(x_src).relu()
+        num_src, num_dst = _sizes(x_src, x_dst, size)
+        graph = self._graphs.get(edge_index, num_src, num_dst)
+        out = self.lin_l(spmm(graph, x_src, None, "mean"))
+        if self.root_weight and x_dst is not None:
+            out = out + self.lin_r(x_dst)
+        if self.normalize:
+            out = F.normalize(out, p=2.0, dim=-1)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"

@@ -1,0 +1,65 @@
+"""Functional operators. Each takes a gnnio.Graph (or an edge_index, see ``as_graph``)."""
+from typing import Optional
+
+import torch
+
+from gnnio._ops import ops as _ops
+from gnnio.graph import Graph
+
+__all__ = ["spmm", "check_features"]
+
+
+def check_features(x, num_rows: int, graph: Graph, name: str = "x") -> torch.Tensor:
+    """Validates a node-feature matrix and returns it with unit feature stride."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"{name} must be 2-D [num_nodes, features], got shape {list(x.shape)}")
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"{name} must be floating point, got {x.dtype}")
+    if x.size(0) != num_rows:
+        raise ValueError(f"{name} has {x.size(0)} rows but the graph has {num_rows} nodes on that side")
+    if x.device != graph.device:
+        raise ValueError(f"{name} is on {x.device} but the graph is on {graph.device}")
+    return x if x.stride(-1) == 1 or x.size(-1) <= 1 else x.contiguous()
+
+
+def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = None,
+         reduce: str = "sum") -> torch.Tensor:
+    r"""Neighbourhood aggregation :math:`\mathbf{out}_i = \mathrm{reduce}_{j \in N(i)} w_{ji}\,
+    \mathbf{x}_j` for ``reduce`` in ``{'sum', 'mean'}`` (mean divides by the number of incoming
+    edges; isolated destinations give 0), as PyG's ``propagate`` with that aggregation.
+
+    Args:
+        graph: the structure (``x`` has ``graph.num_src`` rows, the output ``graph.num_dst``).
+        x: ``[num_src, F]`` float32/float64 (CPU and CUDA), float16/bfloat16 (CUDA).
+        edge_weight: ``[E]`` in the order of the edge_index the graph was built from.
+
+    Differentiable in ``x`` (through the cached transpose) and ``edge_weight`` (SDDMM).
+    """
+    x = check_features(x, graph.num_src, graph)
+    need_t = torch.is_grad_enabled() and x.requires_grad
+    value, value_t = graph.spmm_values(x.dtype, reduce, edge_weight, need_transpose=need_t)
+    return _spmm_csr(graph, value, value_t, x, need_t)
+
+
+def _spmm_csr(graph: Graph, value, value_t, x, need_t: bool) -> torch.Tensor:
+    fwd = graph.csr_by_dst
+    if need_t:
+        bwd = graph.csr_by_src
+        rowptr_t, col_t = bwd.rowptr, bwd.col
+    else:
+        rowptr_t = col_t = fwd.rowptr.new_empty(0)
+        value_t = None
+    return _ops.spmm(fwd.rowptr, fwd.col, value, x, graph.num_dst, graph.num_src,
+                     graph.cache_key, rowptr_t, col_t, value_t, graph.cache_key + 1)
+
+
+def gcn_propagate(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = None,
+                  improved: bool = False, add_self_loops: bool = True,
+                  normalize: bool = True) -> torch.Tensor:
+    """GCN's propagation D^-1/2 (A [+ I]) D^-1/2 x with PyG's gcn_norm conventions."""
+    x = check_features(x, graph.num_src, graph)
+    g, value, value_t = graph.gcn_values(x.dtype, edge_weight, improved, add_self_loops, normalize)
+    need_t = torch.is_grad_enabled() and x.requires_grad
+    return _spmm_csr(g, value, value_t, x, need_t)

@@ -1,0 +1,71 @@
+"""Builds gnnio's torch extension (gnnio._C) against the torch that is installed.
+
+CUDA kernels are built when torch has CUDA and nvcc is found (or GNNIO_FORCE_CUDA=1, e.g. to
+compile them on a machine without a GPU); set GNNIO_FORCE_CPU=1 for a CPU-only build. The
+architecture defaults to sm_90a (H100/H200); TORCH_CUDA_ARCH_LIST overrides it.
+"""
+import glob
+import os
+
+from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _want_cuda():
+    if os.environ.get("GNNIO_FORCE_CPU") == "1":
+        return False
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    if os.environ.get("GNNIO_FORCE_CUDA") == "1":
+        return True
+    return torch.version.cuda is not None and CUDA_HOME is not None and torch.cuda.is_available()
+
+
+def _extension():
+    from torch.utils.cpp_extension import CppExtension, CUDAExtension
+
+    cpu_sources = [
+        "csrc/gnnio/graph/csr_cpu.cpp",
+        "csrc/gnnio/graph/mtx.cpp",
+        "csrc/gnnio/spmm/cpu.cpp",
+        "csrc/torch/registration.cpp",
+        "csrc/torch/graph_ops.cpp",
+        "csrc/torch/spmm_ops.cpp",
+    ]
+    cxx = ["-O3", "-std=c++17", "-fopenmp"]
+    include_dirs = [os.path.join(ROOT, "csrc")]
+    if not _want_cuda():
+        return CppExtension(
+            "gnnio._C", cpu_sources, include_dirs=include_dirs,
+            extra_compile_args={"cxx": cxx}, extra_link_args=["-fopenmp"])
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0a")
+    cuda_sources = sorted(glob.glob("csrc/gnnio/*/*.cu")) + sorted(glob.glob("csrc/torch/cuda/*.cpp"))
+    return CUDAExtension(
+        "gnnio._C", cpu_sources + cuda_sources, include_dirs=include_dirs,
+        define_macros=[("GNNIO_WITH_CUDA", None)],
+        extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]},
+        extra_link_args=["-fopenmp", "-lcusparse"])
+
+
+def _build_ext():
+    from torch.utils.cpp_extension import BuildExtension
+
+    return BuildExtension.with_options(use_ninja=True)
+
+
+setup(
+    name="gnnio",
+    version="0.1.0",
+    description="IO-aware GPU kernels for graph neural network layers, drop-in for PyTorch Geometric",
+    package_dir={"": "python"},
+    packages=find_packages("python"),
+    package_data={"gnnio": ["data/*.mtx.gz"]},
+    ext_modules=[_extension()],
+    cmdclass={"build_ext": _build_ext()},
+    python_requires=">=3.10",
+    install_requires=["torch>=2.4", "numpy"],
+    extras_require={"pyg": ["torch_geometric>=2.8"], "test": ["pytest", "torch_geometric>=2.8"]},
+    entry_points={"console_scripts": ["gnnio-bench=gnnio.bench.__main__:main"]},
+)
