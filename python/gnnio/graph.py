@@ -89,9 +89,10 @@ class Graph:
         ei = edge_index.to(self.index_dtype)
         self._src, self._dst = ei[0].contiguous(), ei[1].contiguous()
 
-        if _is_pyg_edge_index(original):  # reuse the EdgeIndex's own sort once ids are checked
-            _check_ids(self._src, num_src, "edge_index[0] (source)")
-            _check_ids(self._dst, num_dst, "edge_index[1] (destination)")
+        # Checked here, on the host, so a bad id raises IndexError before any kernel runs.
+        _check_ids(self._src, num_src, "edge_index[0] (source)")
+        _check_ids(self._dst, num_dst, "edge_index[1] (destination)")
+        if _is_pyg_edge_index(original) and original.is_sorted:  # reuse the EdgeIndex's sort
             self.csr_by_dst = _pyg_csc(original, self.index_dtype)
         else:
             self.csr_by_dst = self._build(self._dst, self._src, num_dst, num_src)
@@ -102,11 +103,7 @@ class Graph:
 
     # -- formats ------------------------------------------------------------------------------
     def _build(self, row, col, num_rows, num_cols) -> CSR:
-        try:
-            return CSR(*ops.csr_from_coo(row, col, num_rows, num_cols))
-        except IndexError as e:
-            which = "edge_index[1] (destination)" if row is self._dst else "edge_index[0] (source)"
-            raise IndexError(f"{which}: {e}") from None
+        return CSR(*ops.csr_from_coo(row, col, num_rows, num_cols))
 
     @property
     def csr_by_src(self) -> CSR:

@@ -107,9 +107,15 @@ void SpmmCudaPlan::run(const SpmmParams& p, void* handle, void* workspace, void*
 
 namespace {
 
-template <typename T>
-__device__ float to_float(T v) { return static_cast<float>(v); }
-__device__ double to_float(double v) { return v; }
+// Explicit conversions: torch builds with __CUDA_NO_HALF_CONVERSIONS__.
+__device__ inline float to_acc(float v) { return v; }
+__device__ inline double to_acc(double v) { return v; }
+__device__ inline float to_acc(__half v) { return __half2float(v); }
+__device__ inline float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ inline T from_acc(float v);
+template <> __device__ inline float from_acc<float>(float v) { return v; }
+template <> __device__ inline __half from_acc<__half>(float v) { return __float2half(v); }
+template <> __device__ inline __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 
 template <typename scalar_t, typename index_t>
 __global__ void sddmm_kernel(const index_t* __restrict__ rowptr, const index_t* __restrict__ col,
@@ -128,9 +134,12 @@ __global__ void sddmm_kernel(const index_t* __restrict__ rowptr, const index_t* 
     const scalar_t* ar = a + lo * a_stride;
     const scalar_t* br = b + int64_t(col[k]) * b_stride;
     acc_t acc = 0;
-    for (int64_t f = lane; f < width; f += 32) acc += acc_t(to_float(ar[f])) * acc_t(to_float(br[f]));
+    for (int64_t f = lane; f < width; f += 32) acc += to_acc(ar[f]) * to_acc(br[f]);
     for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset);
-    if (lane == 0) out[k] = static_cast<scalar_t>(acc);
+    if (lane == 0) {
+      if constexpr (std::is_same_v<scalar_t, double>) out[k] = acc;
+      else out[k] = from_acc<scalar_t>(acc);
+    }
   }
 }
 
