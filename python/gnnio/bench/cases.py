@@ -1,0 +1,34 @@
+"""The layers and ops the benchmark compares, each as (gnnio factory, reference factory).
+
+Shapes follow DESIGN.md: 128 -> 128 for these families, no self loops added so both sides see
+one graph, GCNConv with cached=True on the reference side (PyG's fastest setting)."""
+from typing import Callable, Dict, NamedTuple, Optional
+
+import torch
+
+import gnnio
+
+
+class LayerCase(NamedTuple):
+    make_gnnio: Callable[[int], torch.nn.Module]
+    make_pyg: Optional[Callable[[int], torch.nn.Module]]
+
+
+def _pyg():
+    import torch_geometric.nn as pyg_nn
+
+    return pyg_nn
+
+
+LAYERS: Dict[str, LayerCase] = {
+    "GCNConv": LayerCase(lambda f: gnnio.nn.GCNConv(f, f, cached=True, add_self_loops=False),
+                         lambda f: _pyg().GCNConv(f, f, cached=True, add_self_loops=False)),
+    "GraphConv(add)": LayerCase(lambda f: gnnio.nn.GraphConv(f, f, aggr="add"),
+                                lambda f: _pyg().GraphConv(f, f, aggr="add")),
+    "GraphConv(mean)": LayerCase(lambda f: gnnio.nn.GraphConv(f, f, aggr="mean"),
+                                 lambda f: _pyg().GraphConv(f, f, aggr="mean")),
+    "SAGEConv(mean)": LayerCase(lambda f: gnnio.nn.SAGEConv(f, f, aggr="mean"),
+                                lambda f: _pyg().SAGEConv(f, f, aggr="mean")),
+}
+
+DEFAULT_LAYERS = ["spmm", "GCNConv", "GraphConv(add)", "SAGEConv(mean)"]

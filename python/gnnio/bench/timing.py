@@ -1,0 +1,49 @@
+"""Timers and memory probes shared by every benchmark row."""
+import statistics
+import time
+
+import torch
+
+
+def median_ms(fn, device: torch.device, warmup: int, repeat: int) -> float:
+    """Median wall time of fn() in milliseconds: CUDA events on a GPU, perf_counter on a CPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        for _ in range(repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    else:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def peak_extra_gib(fn, device: torch.device):
+    """Peak memory allocated while fn() runs, above what was allocated before (GiB); None on CPU."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - base) / 2**30
+
+
+def copy_rate_tbps(device: torch.device, gib: float = 2.0) -> float:
+    """Device-to-device copy rate in TB/s counting bytes read plus written (the ceiling every
+    gather-bound kernel is compared with); on a CPU, a memcpy of a smaller buffer."""
+    n = int((gib if device.type == "cuda" else 0.25) * 2**30) // 4
+    src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), device, warmup=3, repeat=10)
+    return 2 * n * 4 / (ms * 1e-3) / 1e12

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Everything one GPU session needs, in one call of the device tool:
+#   bash scripts/device_run.sh [build] [ctest] [test] [sanitize] [bench]   (default: all)
+# Run from the repository root with the shared graphs copied to .data/graphs (git-ignored)
+# and, where the machine lacks pytest, wheels in .whl. Logs and results go to $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/gnnio-out}
+mkdir -p "$OUT"
+stages=${*:-build ctest test sanitize bench}
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+export GNNIO_GRAPH_DIR="$PWD/.data/graphs"
+
+if ! python3 -c "import pytest" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+
+for stage in $stages; do
+  echo "=== $stage ($(date +%T))"
+  case $stage in
+    build)
+      { time MAX_JOBS=16 python3 setup.py build_ext --inplace; } > "$OUT/build.log" 2>&1 \
+        || { tail -60 "$OUT/build.log"; exit 1; }
+      tail -3 "$OUT/build.log"
+      python3 -c "import gnnio; assert gnnio._ops.HAS_CUDA_KERNELS, 'built without CUDA'; print('CUDA kernels loaded')" || exit 1
+      ;;
+    ctest)
+      cmake -S . -B build/cmake -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a > "$OUT/cmake.log" 2>&1 \
+        && cmake --build build/cmake -j 16 >> "$OUT/cmake.log" 2>&1 \
+        && (cd build/cmake && ctest --output-on-failure 2>&1 | tail -4) \
+        || { echo "ctest stage failed (GoogleTest may be missing here)"; tail -5 "$OUT/cmake.log"; }
+      ;;
+    test)
+      python3 -m pytest tests/python -q -rs 2>&1 | tee "$OUT/pytest.log" | tail -25
+      ;;
+    sanitize)
+      compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/cuda_sanitize.py 2>&1 | tail -8
+      ;;
+    bench)
+      python3 -m gnnio.bench --graphs standard,real --layers spmm,GCNConv,GraphConv\(add\),GraphConv\(mean\),SAGEConv\(mean\) \
+        --out "$OUT/nvidia-h200-spmm.json" 2>&1 | tee "$OUT/bench.log" | tail -70
+      ;;
+  esac
+done

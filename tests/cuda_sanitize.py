@@ -1,0 +1,24 @@
+"""Exercises every CUDA kernel once on awkward shapes, for compute-sanitizer (memcheck):
+empty graph, isolated nodes, a hub, bipartite, odd widths, half types. Run on a GPU machine."""
+import torch
+
+import gnnio
+
+assert torch.cuda.is_available()
+torch.manual_seed(0)
+cases = [
+    (torch.empty(2, 0, dtype=torch.long), (4, 4)),
+    (torch.tensor([[0, 1], [1, 1]]), (6, 6)),
+    (torch.stack([torch.randint(3000, (50_000,)), torch.zeros(50_000, dtype=torch.long)]), (3000, 3000)),
+    (torch.stack([torch.randint(70, (900,)), torch.randint(11, (900,))]), (70, 11)),
+]
+for ei, size in cases:
+    g = gnnio.Graph(ei.cuda(), size=size)
+    for width in (1, 3, 33, 130):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            x = torch.randn(size[0], width, device="cuda", dtype=dtype, requires_grad=True)
+            w = torch.rand(ei.size(1), device="cuda", dtype=dtype, requires_grad=True)
+            out = gnnio.ops.spmm(g, x, w, "mean")
+            out.backward(torch.randn_like(out))
+torch.cuda.synchronize()
+print("sanitize cases ran")
