@@ -32,7 +32,7 @@ for stage in $stages; do
         || { echo "ctest stage failed (GoogleTest may be missing here)"; tail -5 "$OUT/cmake.log"; }
       ;;
     test)
-      python3 -m pytest tests/python -q -rs 2>&1 | tee "$OUT/pytest.log" | tail -25
+      python3 -m pytest tests/python -q -rs ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -25
       ;;
     sanitize)
       compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/cuda_sanitize.py 2>&1 | tail -8
