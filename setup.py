@@ -33,6 +33,7 @@ def _extension():
         "csrc/torch/registration.cpp",
         "csrc/torch/graph_ops.cpp",
         "csrc/torch/spmm_ops.cpp",
+        "csrc/torch/spmm_autograd.cpp",
     ]
     cxx = ["-O3", "-std=c++17", "-fopenmp"]
     include_dirs = [os.path.join(ROOT, "csrc")]

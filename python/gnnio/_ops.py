@@ -45,29 +45,4 @@ def _sddmm_fake(rowptr, col, a, b):
     return a.new_empty(col.numel())
 
 
-# ---------------------------------------------------------------------------------------------
-# Autograd of spmm: out = A x, so dx = Aᵀ dout through the cached transpose (never rebuilt),
-# and dA's values are SDDMM(dout, x) on A's own pattern.
-
-def _spmm_setup_context(ctx, inputs, output):
-    rowptr, col, value, x, num_rows, num_cols, key, rowptr_t, col_t, value_t, key_t = inputs
-    ctx.save_for_backward(rowptr, col, value, x, rowptr_t, col_t, value_t)
-    ctx.shape = (num_rows, num_cols, key, key_t)
-
-
-def _spmm_backward(ctx, grad_out):
-    rowptr, col, value, x, rowptr_t, col_t, value_t = ctx.saved_tensors
-    num_rows, num_cols, key, key_t = ctx.shape
-    grad_out = grad_out.contiguous()
-    grad_x = grad_value = None
-    if ctx.needs_input_grad[3]:
-        torch._check(rowptr_t.numel() == num_cols + 1,
-                     lambda: "spmm backward needs the transposed CSR (rowptr_t)")
-        grad_x = ops.spmm(rowptr_t, col_t, value_t, grad_out, num_cols, num_rows, key_t,
-                          rowptr, col, value, key)
-    if ctx.needs_input_grad[2]:
-        grad_value = ops.sddmm(rowptr, col, grad_out, x.contiguous())
-    return None, None, grad_value, grad_x, None, None, None, None, None, None, None
-
-
-torch.library.register_autograd("gnnio::spmm", _spmm_backward, setup_context=_spmm_setup_context)
+# Autograd of spmm is registered in C++ (csrc/torch/spmm_autograd.cpp): no Python per call.

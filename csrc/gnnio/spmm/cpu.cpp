@@ -5,6 +5,9 @@
 namespace gnnio {
 namespace {
 
+// Below ~64K multiply-adds, waking the OpenMP team costs more than the work.
+bool worth_threads(int64_t nnz, int64_t width) { return nnz * width > (int64_t(1) << 16); }
+
 template <typename scalar_t, typename index_t>
 void spmm(const SpmmParams& p) {
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
@@ -14,7 +17,7 @@ void spmm(const SpmmParams& p) {
   auto* out = static_cast<scalar_t*>(p.out);
   const int64_t width = p.width;
 
-#pragma omp parallel for schedule(dynamic, 64)
+#pragma omp parallel for schedule(dynamic, 64) if (worth_threads(p.nnz, width))
   for (int64_t r = 0; r < p.num_rows; ++r) {
     scalar_t* y = out + r * p.out_row_stride;
     std::fill(y, y + width, scalar_t(0));
@@ -34,7 +37,7 @@ void sddmm(const SddmmParams& p) {
   const auto* b = static_cast<const scalar_t*>(p.b);
   auto* out = static_cast<scalar_t*>(p.out);
 
-#pragma omp parallel for schedule(dynamic, 64)
+#pragma omp parallel for schedule(dynamic, 64) if (worth_threads(p.nnz, p.width))
   for (int64_t r = 0; r < p.num_rows; ++r) {
     const scalar_t* ar = a + r * p.a_row_stride;
     for (int64_t k = rowptr[r]; k < rowptr[r + 1]; ++k) {

@@ -9,7 +9,7 @@
   do {                                                                                     \
     cusparseStatus_t gnnio_status_ = (expr);                                               \
     GNNIO_CHECK(gnnio_status_ == CUSPARSE_STATUS_SUCCESS, ::gnnio::ErrorKind::kInternal,   \
-                #expr, " failed: ", cusparseGetErrorString(gnnio_status_));                \
+                "cuSPARSE call failed (", cusparseGetErrorString(gnnio_status_), "): ", #expr); \
   } while (0)
 
 namespace gnnio {
