@@ -92,8 +92,9 @@ class Graph:
         # Checked here, on the host, so a bad id raises IndexError before any kernel runs.
         _check_ids(self._src, num_src, "edge_index[0] (source)")
         _check_ids(self._dst, num_dst, "edge_index[1] (destination)")
-        if _is_pyg_edge_index(original) and original.is_sorted:  # reuse the EdgeIndex's sort
-            self.csr_by_dst = _pyg_csc(original, self.index_dtype)
+        csc = _pyg_csc(original, self.index_dtype, num_dst) if _is_pyg_edge_index(original) else None
+        if csc is not None:  # reuse the EdgeIndex's own sort
+            self.csr_by_dst = csc
         else:
             self.csr_by_dst = self._build(self._dst, self._src, num_dst, num_src)
         self._csr_by_src: Optional[CSR] = None
@@ -235,18 +236,24 @@ class Graph:
                                 add_self_loops, normalize)
 
     def _gcn_values(self, dtype, w, improved, add_self_loops, normalize):
-        if w is None:
-            w = torch.ones(self.num_edges, dtype=dtype, device=self.device)
         graph = self
         if add_self_loops:
             graph, kept, loop_edge = self.with_remaining_self_loops()
-            loop_w = torch.full((self.num_dst,), 2.0 if improved else 1.0, dtype=dtype,
-                                device=self.device)
-            has_loop = loop_edge >= 0
-            loop_w = torch.where(has_loop, w[loop_edge.clamp(min=0)], loop_w)
-            w = torch.cat([w[kept], loop_w])
+            if w is None:
+                # PyG 2.8's gcn_norm adds the loops before it fills a missing edge_weight with
+                # ones, so every weight, loops included, is 1 and `improved` has no effect.
+                # gnnio computes the same so PyG checkpoints give the same outputs.
+                w = torch.ones(graph.num_edges, dtype=dtype, device=self.device)
+            else:
+                loop_w = torch.full((self.num_dst,), 2.0 if improved else 1.0, dtype=dtype,
+                                    device=self.device)
+                if self.num_edges > 0:  # an existing loop keeps its weight
+                    loop_w = torch.where(loop_edge >= 0, w[loop_edge.clamp(min=0)], loop_w)
+                w = torch.cat([w[kept], loop_w])
+        elif w is None:
+            w = torch.ones(self.num_edges, dtype=dtype, device=self.device)
         if normalize:
-            # Weighted in-degree as A · 1 with our own SpMM: deterministic, no atomics.
+            # Weighted in-degree as A · 1 with gnnio's own SpMM: deterministic, no atomics.
             ones = torch.ones(graph.num_src, 1, dtype=dtype, device=self.device)
             deg = _spmm_raw(graph, w[graph.csr_by_dst.perm.long()], ones).view(-1)
             dis = deg.pow(-0.5)
@@ -307,9 +314,14 @@ def _is_pyg_edge_index(edge_index) -> bool:
     return isinstance(edge_index, EdgeIndex)
 
 
-def _pyg_csc(edge_index, dtype) -> CSR:
-    """An EdgeIndex's CSC (destination-major) form, which the EdgeIndex caches itself."""
+def _pyg_csc(edge_index, dtype, num_dst) -> Optional[CSR]:
+    """A sorted EdgeIndex's CSC (destination-major) form, which the EdgeIndex caches itself;
+    None when it is unsorted or its sparse size is not this Graph's (then gnnio sorts)."""
+    if not edge_index.is_sorted or edge_index.sparse_size(1) != num_dst:
+        return None
     (colptr, row), perm = edge_index.get_csc()
+    if colptr.numel() != num_dst + 1:
+        return None
     if perm is None:
         perm = torch.arange(edge_index.size(1), device=edge_index.device)
     return CSR(_plain(colptr).to(dtype).contiguous(), _plain(row).to(dtype).contiguous(),

@@ -200,3 +200,25 @@ def test_cuda_million_neighbour_hub_with_gradients():
     expected = torch.bincount(ei[0], weights=1.0 / torch.bincount(ei[1], minlength=n).clamp(min=1)[ei[1]].double(),
                               minlength=n)
     torch.testing.assert_close(x.grad[:, 0].double().cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("width", [1, 3, 33])
+def test_cuda_row_warp_kernel_shapes(width):
+    # 900 edges in an 11 x 70 bipartite graph: more slots than matrix entries, which cuSPARSE
+    # rejects, so gnnio's row-warp kernel runs (width 1 always goes there too).
+    ns, nd = 70, 11
+    ei = torch.stack([torch.randint(ns, (900,)), torch.randint(nd, (900,))])
+    g = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    x = torch.randn(ns, width, device="cuda", requires_grad=True)
+    w = torch.rand(900, device="cuda", requires_grad=True)
+    out = gnnio.ops.spmm(g, x, w)
+    assert torch.equal(out, gnnio.ops.spmm(g, x, w))
+    gout = torch.randn_like(out)
+    mass_fwd, mass_bwd = masses(ei, ns, nd, x, gout, w)
+    assert_within_summation_bound(out, reference(ei, ns, nd, x.detach(), w.detach()), mass_fwd,
+                                  torch.bincount(ei[1], minlength=nd)[:, None])
+    out.backward(gout)
+    x64 = x.detach().cpu().double().requires_grad_()
+    reference(ei, ns, nd, x64, w.detach()).backward(gout.cpu().double())
+    assert_within_summation_bound(x.grad, x64.grad, mass_bwd, torch.bincount(ei[0], minlength=ns)[:, None])

@@ -42,9 +42,11 @@ void sddmm(const SddmmParams& p) {
     const scalar_t* ar = a + r * p.a_row_stride;
     for (int64_t k = rowptr[r]; k < rowptr[r + 1]; ++k) {
       const scalar_t* br = b + int64_t(col[k]) * p.b_row_stride;
-      scalar_t acc = 0;
-      for (int64_t f = 0; f < p.width; ++f) acc += ar[f] * br[f];
-      out[k] = acc;
+      // A dot product over all features: accumulate in double so its error does not grow
+      // with the width (PyG's pairwise sum grows like log F; a float32 running sum like F).
+      double acc = 0;
+      for (int64_t f = 0; f < p.width; ++f) acc += double(ar[f]) * double(br[f]);
+      out[k] = static_cast<scalar_t>(acc);
     }
   }
 }

@@ -4,6 +4,7 @@
 
 #include "gnnio/common/cuda_check.h"
 #include "gnnio/spmm/params.h"
+#include "gnnio/spmm/policy.h"
 
 #define GNNIO_CUSPARSE_CHECK(expr)                                                         \
   do {                                                                                     \
@@ -40,8 +41,10 @@ cusparseHandle_t as_handle(void* h) { return static_cast<cusparseHandle_t>(h); }
 
 SpmmCudaPlan::SpmmCudaPlan(const SpmmParams& p, const SpmmPolicy& policy, void* handle)
     : key_(p) {
-  GNNIO_CHECK(p.nnz > 0 && p.num_rows > 0 && p.num_cols > 0 && p.width > 0 && p.value,
-              ErrorKind::kInternal, "SpmmCudaPlan needs a non-empty problem with values");
+  GNNIO_CHECK(p.nnz > 0 && p.num_rows > 0 && p.num_cols > 0 && p.width > 0 && p.value &&
+                  cusparse_accepts(p),
+              ErrorKind::kInternal, "SpmmCudaPlan: cuSPARSE cannot take this problem (rows ",
+              p.num_rows, ", cols ", p.num_cols, ", nnz ", p.nnz, ", width ", p.width, ")");
   cusparseSpMatDescr_t sparse = nullptr;
   GNNIO_CUSPARSE_CHECK(cusparseCreateCsr(
       &sparse, p.num_rows, p.num_cols, p.nnz, const_cast<void*>(p.rowptr),
@@ -155,6 +158,75 @@ void launch_sddmm(const SddmmParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// gnnio's own CSR SpMM: one warp per row, deterministic (each output element is summed by one
+// lane in slot order; for width 1 the lanes split the row's slots and reduce in a fixed tree).
+// It serves the shapes cuSPARSE does not: more slots than rows x cols (duplicate edges) and
+// one-column products.
+
+namespace {
+
+template <typename scalar_t, typename index_t>
+__global__ void spmm_row_warp_kernel(const index_t* __restrict__ rowptr,
+                                     const index_t* __restrict__ col,
+                                     const scalar_t* __restrict__ value,
+                                     const scalar_t* __restrict__ x, scalar_t* __restrict__ out,
+                                     int64_t num_rows, int64_t width, int64_t x_stride,
+                                     int64_t out_stride) {
+  using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; r < num_rows; r += warps) {
+    const int64_t begin = rowptr[r], end = rowptr[r + 1];
+    if (width == 1) {
+      acc_t acc = 0;
+      for (int64_t k = begin + lane; k < end; k += 32)
+        acc += to_acc(value[k]) * to_acc(x[int64_t(col[k]) * x_stride]);
+      for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+      if (lane == 0) {
+        if constexpr (std::is_same_v<scalar_t, double>) out[r * out_stride] = acc;
+        else out[r * out_stride] = from_acc<scalar_t>(acc);
+      }
+      continue;
+    }
+    for (int64_t f = lane; f < width; f += 32) {
+      acc_t acc = 0;
+      for (int64_t k = begin; k < end; ++k)
+        acc += to_acc(value[k]) * to_acc(x[int64_t(col[k]) * x_stride + f]);
+      if constexpr (std::is_same_v<scalar_t, double>) out[r * out_stride + f] = acc;
+      else out[r * out_stride + f] = from_acc<scalar_t>(acc);
+    }
+  }
+}
+
+template <typename scalar_t, typename index_t>
+void launch_row_warp(const SpmmParams& p, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((p.num_rows * 32 + kThreads - 1) / kThreads, 1 << 20);
+  spmm_row_warp_kernel<scalar_t, index_t><<<static_cast<int>(std::max<int64_t>(blocks, 1)), kThreads, 0, stream>>>(
+      static_cast<const index_t*>(p.rowptr), static_cast<const index_t*>(p.col),
+      static_cast<const scalar_t*>(p.value), static_cast<const scalar_t*>(p.x),
+      static_cast<scalar_t*>(p.out), p.num_rows, p.width, p.x_row_stride, p.out_row_stride);
+  GNNIO_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void spmm_cuda_row_warp(const SpmmParams& p, void* stream) {
+  GNNIO_CHECK(p.value != nullptr, ErrorKind::kInternal, "spmm_cuda_row_warp needs values");
+  if (p.num_rows == 0 || p.width == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch_index(p.index_type, [&](auto index) {
+    using index_t = decltype(index);
+    switch (p.scalar_type) {
+      case ScalarType::kFloat32: return launch_row_warp<float, index_t>(p, s);
+      case ScalarType::kFloat64: return launch_row_warp<double, index_t>(p, s);
+      case ScalarType::kFloat16: return launch_row_warp<__half, index_t>(p, s);
+      case ScalarType::kBFloat16: return launch_row_warp<__nv_bfloat16, index_t>(p, s);
+    }
+  });
+}
 
 void sddmm_cuda(const SddmmParams& p, void* stream) {
   if (p.nnz == 0) return;

@@ -9,9 +9,10 @@
 #include <cstdint>
 
 #include "gnnio/common/types.h"
-#include "gnnio/spmm/policy.h"
 
 namespace gnnio {
+
+struct SpmmPolicy;
 
 struct SpmmParams {
   const void* rowptr = nullptr;  // [num_rows + 1]
@@ -79,6 +80,9 @@ class SpmmCudaPlan {
   int alg_ = 0;  // cusparseSpMMAlg_t
   size_t workspace_bytes_ = 0;
 };
+
+// gnnio's own row-per-warp CSR SpMM (deterministic); `value` must be set.
+void spmm_cuda_row_warp(const SpmmParams& p, void* stream);
 
 void sddmm_cuda(const SddmmParams& p, void* stream);
 #endif

@@ -2,6 +2,8 @@
 // GNNIO_SPMM_ALG environment variable (read by the binding) choose it.
 #pragma once
 
+#include "gnnio/spmm/params.h"
+
 namespace gnnio {
 
 enum class SpmmAlgorithm {
@@ -9,10 +11,26 @@ enum class SpmmAlgorithm {
   kCusparseCsrAlg2,
   // cuSPARSE's own default choice (CUSPARSE_SPMM_ALG_DEFAULT).
   kCusparseDefault,
+  // gnnio's row-per-warp kernel (spmm_cuda_row_warp).
+  kRowWarp,
 };
 
 struct SpmmPolicy {
   SpmmAlgorithm algorithm = SpmmAlgorithm::kCusparseCsrAlg2;
 };
+
+// cusparseCreateCsr rejects nnz > rows * cols (seen on the H200 with cuSPARSE 12.6: duplicate
+// edges in a small bipartite graph, 900 slots in an 11 x 70 matrix).
+inline bool cusparse_accepts(const SpmmParams& p) {
+  return static_cast<__int128>(p.nnz) <= static_cast<__int128>(p.num_rows) * p.num_cols;
+}
+
+// The mechanism for one call: cuSPARSE where it takes the problem, else the row-warp kernel;
+// one-column products (SpMV, e.g. GCN's weighted degrees) also go to the row-warp kernel,
+// whose lanes split each row's edges.
+inline SpmmAlgorithm choose_spmm_algorithm(const SpmmParams& p, const SpmmPolicy& policy) {
+  if (!cusparse_accepts(p) || p.width == 1) return SpmmAlgorithm::kRowWarp;
+  return policy.algorithm;
+}
 
 }  // namespace gnnio

@@ -10,6 +10,7 @@
 
 #include "../cache_registry.h"
 #include "../spmm_common.h"
+#include "gnnio/spmm/policy.h"
 
 namespace gnnio::binding {
 namespace {
@@ -48,13 +49,20 @@ SpmmPolicy policy_from_env() {
   SpmmPolicy policy;
   const char* alg = std::getenv("GNNIO_SPMM_ALG");
   if (alg && std::strcmp(alg, "default") == 0) policy.algorithm = SpmmAlgorithm::kCusparseDefault;
+  if (alg && std::strcmp(alg, "rowwarp") == 0) policy.algorithm = SpmmAlgorithm::kRowWarp;
   return policy;
 }
 
 void run_spmm(const SpmmParams& p, int64_t cache_key, int device) {
   void* handle = at::cuda::getCurrentCUDASparseHandle();
   void* stream = at::cuda::getCurrentCUDAStream().stream();
-  static const SpmmPolicy policy = policy_from_env();
+  static const SpmmPolicy env_policy = policy_from_env();
+  SpmmPolicy policy = env_policy;
+  policy.algorithm = choose_spmm_algorithm(p, env_policy);
+  if (policy.algorithm == SpmmAlgorithm::kRowWarp) {
+    spmm_cuda_row_warp(p, stream);
+    return;
+  }
   if (cache_key < 0) {
     SpmmCudaPlan plan(p, policy, handle);
     auto ws = at::empty({static_cast<int64_t>(plan.workspace_bytes())},
