@@ -10,6 +10,15 @@
 
 namespace gnnio::binding {
 
+// Text for error messages (see gnnio::text): framework values converted without iostreams.
+inline std::string sizes_text(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+inline const char* dtype_text(at::ScalarType t) { return c10::toString(t); }
+inline std::string device_text(const at::Device& d) { return d.str(); }
+
 inline ScalarType scalar_type_of(const at::Tensor& t, const char* name) {
   switch (t.scalar_type()) {
     case at::kFloat: return ScalarType::kFloat32;
@@ -17,21 +26,21 @@ inline ScalarType scalar_type_of(const at::Tensor& t, const char* name) {
     case at::kHalf: return ScalarType::kFloat16;
     case at::kBFloat16: return ScalarType::kBFloat16;
     default:
-      TORCH_CHECK_TYPE(false, name, " must be a floating-point tensor (float32, float64, float16 or ",
-                       "bfloat16), got ", t.scalar_type());
+      TORCH_CHECK_TYPE(false, text(name, " must be a floating-point tensor (float32, float64, ",
+                                   "float16 or bfloat16), got ", dtype_text(t.scalar_type())));
   }
 }
 
 inline IndexType index_type_of(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, name,
-                    " must be an int32 or int64 tensor, got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong,
+                    text(name, " must be an int32 or int64 tensor, got ", dtype_text(t.scalar_type())));
   return t.scalar_type() == at::kInt ? IndexType::kInt32 : IndexType::kInt64;
 }
 
 inline void check_same_device(const at::Tensor& a, const char* a_name, const at::Tensor& b,
                               const char* b_name) {
-  TORCH_CHECK_VALUE(a.device() == b.device(), a_name, " is on ", a.device(), " but ", b_name,
-                    " is on ", b.device());
+  TORCH_CHECK_VALUE(a.device() == b.device(), text(a_name, " is on ", device_text(a.device()),
+                                                   " but ", b_name, " is on ", device_text(b.device())));
 }
 
 // Runs fn, translating gnnio::Error into IndexError / ValueError / RuntimeError.

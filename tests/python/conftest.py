@@ -28,9 +28,9 @@ def assert_no_worse_than_reference(ours, theirs, exact, factor=2.0, floor=None):
     """FlashAttention's rule: the fast kernel's error against a float64 computation is at most
     `factor` times the error of the reference implementation at the same precision (plus a floor of
     a few ulp of the output's scale, for outputs the reference happens to get exactly)."""
+    eps = torch.finfo(ours.dtype).eps  # of the precision under test, before going to float64
     ours, theirs, exact = ours.detach().double(), theirs.detach().double(), exact.detach().double()
     scale = exact.abs().max().item() if exact.numel() else 0.0
-    eps = torch.finfo(torch.float32).eps if ours.dtype != torch.float64 else torch.finfo(torch.float64).eps
     floor = 8 * eps * max(scale, 1.0) if floor is None else floor
     err_ours = (ours - exact).abs().max().item() if exact.numel() else 0.0
     err_theirs = (theirs - exact).abs().max().item() if exact.numel() else 0.0

@@ -130,8 +130,6 @@ def test_fewer_entries_than_declared(tmp_path):
         datasets.read_mtx(write(tmp_path, "few.mtx", text))
 
 
-@pytest.mark.xfail(strict=True, reason="the 'fewer entries than declared' error names no line (it "
-                                       "could name the size line or the end of the file)")
 def test_fewer_entries_than_declared_names_a_line(tmp_path):
     text = ("%%MatrixMarket matrix coordinate pattern general\n"
             + "% padding so that the declared count fits the file size\n" * 3

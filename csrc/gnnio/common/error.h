@@ -2,9 +2,9 @@
 // expects (IndexError for out-of-range node ids, ValueError for bad arguments, OSError for files).
 #pragma once
 
-#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace gnnio {
@@ -21,11 +21,29 @@ class Error : public std::runtime_error {
 };
 
 namespace detail {
+inline void append(std::string& s, const std::string& v) { s += v; }
+inline void append(std::string& s, const char* v) { s += v; }
+inline void append(std::string& s, char v) { s += v; }
+template <typename T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+void append(std::string& s, T v) {
+  s += std::to_string(v);
+}
+}  // namespace detail
+
+// Concatenates strings and numbers. Numbers go through std::to_string, never an iostream: on
+// the device image, formatting a number through an ostream inside the extension crashed the
+// process (seen with PyTorch 2.11's wheels and the image's g++ 13), plain text did not.
 template <typename... Parts>
-[[noreturn]] void fail(ErrorKind kind, Parts&&... parts) {
-  std::ostringstream message;
-  (message << ... << std::forward<Parts>(parts));
-  throw Error(kind, message.str());
+std::string text(const Parts&... parts) {
+  std::string s;
+  (detail::append(s, parts), ...);
+  return s;
+}
+
+namespace detail {
+template <typename... Parts>
+[[noreturn]] void fail(ErrorKind kind, const Parts&... parts) {
+  throw Error(kind, text(parts...));
 }
 }  // namespace detail
 

@@ -105,7 +105,7 @@ MtxGraph parse_mtx(const char* text, size_t size) {
   g.symmetric = symmetry != "general";
 
   // Size line: first line that is neither a comment nor blank.
-  int64_t nnz = -1;
+  int64_t nnz = -1, size_line = 0;
   while (lines.next(b, e)) {
     if (b < e && *b == '%') continue;
     if (blank(b, e)) continue;
@@ -114,6 +114,7 @@ MtxGraph parse_mtx(const char* text, size_t size) {
                     blank(p, e),
                 ErrorKind::kInvalidArgument, "mtx line ", lines.line(),
                 ": expected 'rows cols entries'");
+    size_line = lines.line();
     break;
   }
   GNNIO_CHECK(nnz >= 0, ErrorKind::kInvalidArgument, "mtx: missing size line");
@@ -147,8 +148,9 @@ MtxGraph parse_mtx(const char* text, size_t size) {
     g.row.push_back(i - 1);
     g.col.push_back(j - 1);
   }
-  GNNIO_CHECK(static_cast<int64_t>(g.row.size()) == nnz, ErrorKind::kInvalidArgument,
-              "mtx: the size line declares ", nnz, " entries but the file holds ", g.row.size());
+  GNNIO_CHECK(static_cast<int64_t>(g.row.size()) == nnz, ErrorKind::kInvalidArgument, "mtx line ",
+              size_line, ": the size line declares ", nnz, " entries but the file holds ",
+              g.row.size());
   return g;
 }
 

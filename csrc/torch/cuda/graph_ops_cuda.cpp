@@ -13,8 +13,9 @@ void check_range(const at::Tensor& ids, int64_t bound, const char* what) {
   if (ids.numel() == 0) return;
   const auto [lo, hi] = at::aminmax(ids);
   const int64_t min_id = lo.item<int64_t>(), max_id = hi.item<int64_t>();
-  TORCH_CHECK_INDEX(min_id >= 0 && max_id < bound, what, " ids must lie in [0, ", bound,
-                    "), found values in [", min_id, ", ", max_id, "]");
+  TORCH_CHECK_INDEX(min_id >= 0 && max_id < bound, text(what, " ids must lie in [0, ", bound,
+                                                        "), found values in [", min_id, ", ",
+                                                        max_id, "]"));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo_cuda(const at::Tensor& row,
