@@ -35,7 +35,7 @@ for stage in $stages; do
       python3 -m pytest tests/python -q -rs ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -25
       ;;
     sanitize)
-      compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/cuda_sanitize.py 2>&1 | tail -8
+      compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/cuda_sanitize.py 2>&1 | tee "$OUT/sanitize.log" | tail -8
       ;;
     bench)
       python3 -m gnnio.bench --graphs standard,real --layers spmm,GCNConv,GraphConv\(add\),GraphConv\(mean\),SAGEConv\(mean\) \
