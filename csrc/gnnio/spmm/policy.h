@@ -17,6 +17,11 @@ enum class SpmmAlgorithm {
 
 struct SpmmPolicy {
   SpmmAlgorithm algorithm = SpmmAlgorithm::kCusparseCsrAlg2;
+  // Bitwise-repeatable results. cuSPARSE CSR_ALG2 is not: on the H200 two calls on a graph
+  // with a 200K-neighbour row differed in the 6th digit (it splits long rows across blocks).
+  // The row-warp kernel sums each output element in slot order in one lane; it is slower on
+  // such hubs (one warp walks the whole row).
+  bool deterministic = false;
 };
 
 // cusparseCreateCsr rejects nnz > rows * cols (seen on the H200 with cuSPARSE 12.6: duplicate
@@ -29,7 +34,7 @@ inline bool cusparse_accepts(const SpmmParams& p) {
 // one-column products (SpMV, e.g. GCN's weighted degrees) also go to the row-warp kernel,
 // whose lanes split each row's edges.
 inline SpmmAlgorithm choose_spmm_algorithm(const SpmmParams& p, const SpmmPolicy& policy) {
-  if (!cusparse_accepts(p) || p.width == 1) return SpmmAlgorithm::kRowWarp;
+  if (policy.deterministic || !cusparse_accepts(p) || p.width == 1) return SpmmAlgorithm::kRowWarp;
   return policy.algorithm;
 }
 

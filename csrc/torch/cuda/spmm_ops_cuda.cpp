@@ -58,7 +58,8 @@ void run_spmm(const SpmmParams& p, int64_t cache_key, int device) {
   void* stream = at::cuda::getCurrentCUDAStream().stream();
   static const SpmmPolicy env_policy = policy_from_env();
   SpmmPolicy policy = env_policy;
-  policy.algorithm = choose_spmm_algorithm(p, env_policy);
+  policy.deterministic = at::globalContext().deterministicAlgorithms();
+  policy.algorithm = choose_spmm_algorithm(p, policy);
   if (policy.algorithm == SpmmAlgorithm::kRowWarp) {
     spmm_cuda_row_warp(p, stream);
     return;

@@ -5,20 +5,32 @@ import time
 import torch
 
 
-def median_ms(fn, device: torch.device, warmup: int, repeat: int) -> float:
-    """Median wall time of fn() in milliseconds: CUDA events on a GPU, perf_counter on a CPU."""
+def median_ms(fn, device: torch.device, warmup: int, repeat: int, min_sample_ms: float = 1.0) -> float:
+    """Median time of one fn() in milliseconds: CUDA events on a GPU, perf_counter on a CPU.
+
+    On the GPU a call shorter than `min_sample_ms` is repeated back to back inside each
+    sample (and the time divided), so launch-bound calls on small graphs are measured as a
+    stream of calls rather than as one event pair's jitter. Every implementation gets the same
+    treatment."""
     for _ in range(warmup):
         fn()
     times = []
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        inner = max(1, min(50, int(min_sample_ms / max(start.elapsed_time(end), 1e-3))))
         for _ in range(repeat):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(inner):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end))
+            times.append(start.elapsed_time(end) / inner)
     else:
         for _ in range(repeat):
             t0 = time.perf_counter()
