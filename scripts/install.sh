@@ -15,7 +15,7 @@ if [ -n "$missing" ]; then
 fi
 
 PY=${PYTHON:-python3}
-$PY -m pip install -q --upgrade pip wheel setuptools ninja
+$PY -m pip install -q --upgrade pip wheel "setuptools>=64,<82" ninja  # torch 2.11 needs setuptools<82
 $PY -m pip install -q "torch==${GNNIO_TORCH_VERSION:-2.11.0}" "torch_geometric==2.8.0" numpy pytest
 $PY -m pip install -q --no-build-isolation -e .
 $PY -c "import gnnio, torch; print('gnnio', gnnio.__version__, 'torch', torch.__version__, 'CUDA kernels:', gnnio._ops.HAS_CUDA_KERNELS)"

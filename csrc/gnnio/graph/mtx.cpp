@@ -52,32 +52,32 @@ bool blank(const char* b, const char* e) {
   return true;
 }
 
-// Parses one integer token starting at p (skipping blanks); advances p.
-bool read_int(const char*& p, const char* end, int64_t& out) {
+// Copies the next blank-separated token at p into buf (NUL-terminated) and advances p;
+// false when there is none or it does not fit.
+template <size_t N>
+bool next_token(const char*& p, const char* end, char (&buf)[N]) {
   while (p < end && (*p == ' ' || *p == '\t')) ++p;
-  if (p >= end) return false;
-  char buf[32];
   size_t n = 0;
-  while (p < end && n < sizeof(buf) - 1 && !std::isspace(static_cast<unsigned char>(*p)))
-    buf[n++] = *p++;
+  while (p < end && n < N - 1 && !std::isspace(static_cast<unsigned char>(*p))) buf[n++] = *p++;
   buf[n] = '\0';
+  return n > 0 && (p >= end || std::isspace(static_cast<unsigned char>(*p)));
+}
+
+bool read_int(const char*& p, const char* end, int64_t& out) {
+  char buf[32];
+  if (!next_token(p, end, buf)) return false;
   char* stop = nullptr;
   errno = 0;
   out = std::strtoll(buf, &stop, 10);
-  return n > 0 && *stop == '\0' && errno == 0;
+  return *stop == '\0' && errno == 0;
 }
 
 bool read_real(const char*& p, const char* end, double& out) {
-  while (p < end && (*p == ' ' || *p == '\t')) ++p;
-  if (p >= end) return false;
   char buf[64];
-  size_t n = 0;
-  while (p < end && n < sizeof(buf) - 1 && !std::isspace(static_cast<unsigned char>(*p)))
-    buf[n++] = *p++;
-  buf[n] = '\0';
+  if (!next_token(p, end, buf)) return false;
   char* stop = nullptr;
   out = std::strtod(buf, &stop);
-  return n > 0 && *stop == '\0';
+  return *stop == '\0';
 }
 
 }  // namespace
