@@ -47,6 +47,13 @@ TORCH_LIBRARY(gnnio, m) {
         "int cache_key, Tensor rowptr_t, Tensor col_t, Tensor? value_t, int cache_key_t) -> Tensor");
   // out[k] = <a[row(k)], b[col[k]]> for each CSR slot k: the gradient of SpMM's values.
   m.def("sddmm(Tensor rowptr, Tensor col, Tensor a, Tensor b) -> Tensor");
+  // out[r, f] = max (or min) of x[col[k], f] over the slots k of row r, and arg[r, f] = the
+  // winning slot (-1 for empty rows, whose out is 0). The transposed CSR and t2c (forward slot
+  // of each transposed slot) are read only by the backward pass.
+  m.def("segment_reduce(Tensor rowptr, Tensor col, Tensor x, int num_rows, int num_cols, "
+        "str reduce, Tensor rowptr_t, Tensor col_t, Tensor t2c) -> (Tensor out, Tensor arg)");
+  m.def("segment_reduce_backward(Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor arg, "
+        "Tensor grad_out, int num_src) -> Tensor");
   // Parses the bytes of a Matrix Market file (uint8 tensor).
   m.def("parse_mtx(Tensor text) -> (Tensor row, Tensor col, Tensor value, int num_rows, "
         "int num_cols, bool symmetric)");

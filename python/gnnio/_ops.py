@@ -45,4 +45,14 @@ def _sddmm_fake(rowptr, col, a, b):
     return a.new_empty(col.numel())
 
 
-# Autograd of spmm is registered in C++ (csrc/torch/spmm_autograd.cpp): no Python per call.
+@torch.library.register_fake("gnnio::segment_reduce")
+def _segment_reduce_fake(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c):
+    return x.new_empty(num_rows, x.size(1)), rowptr.new_empty(num_rows, x.size(1))
+
+
+@torch.library.register_fake("gnnio::segment_reduce_backward")
+def _segment_reduce_backward_fake(rowptr_t, col_t, t2c, arg, grad_out, num_src):
+    return grad_out.new_empty(num_src, grad_out.size(1))
+
+
+# Autograd of spmm and segment_reduce is registered in C++ (csrc/torch/*_autograd.cpp): no Python per call.

@@ -114,6 +114,17 @@ class Graph:
         return self._csr_by_src
 
     @property
+    def src_slot_to_dst_slot(self) -> torch.Tensor:
+        """For each slot of csr_by_src, the slot of the same edge in csr_by_dst (``t2c``): what a
+        backward pass over the transpose needs to find the forward's per-slot state."""
+        def compute():
+            inv = torch.empty_like(self.csr_by_dst.perm)
+            inv[self.csr_by_dst.perm.long()] = torch.arange(
+                self.num_edges, dtype=inv.dtype, device=self.device)
+            return inv[self.csr_by_src.perm.long()]
+        return self._cached("t2c", compute)
+
+    @property
     def has_csr_by_src(self) -> bool:
         return self._csr_by_src is not None
 

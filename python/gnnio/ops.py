@@ -6,7 +6,7 @@ import torch
 from gnnio._ops import ops as _ops
 from gnnio.graph import Graph
 
-__all__ = ["spmm", "check_features"]
+__all__ = ["spmm", "segment_reduce", "check_features"]
 
 
 def check_features(x, num_rows: int, graph: Graph, name: str = "x") -> torch.Tensor:
@@ -63,3 +63,33 @@ def gcn_propagate(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Ten
     g, value, value_t = graph.gcn_values(x.dtype, edge_weight, improved, add_self_loops, normalize)
     need_t = torch.is_grad_enabled() and x.requires_grad
     return _spmm_csr(g, value, value_t, x, need_t)
+
+
+def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
+                   return_arg: bool = False):
+    r"""Neighbourhood reduction :math:`\mathbf{out}_i = \mathrm{reduce}_{j \in N(i)} \mathbf{x}_j`
+    for ``reduce`` in ``{'max', 'min', 'sum', 'mean'}``, as PyG's aggregation with that name:
+    a destination without neighbours gets 0.
+
+    For max/min the winner of each (node, feature) is kept as its CSR slot (``arg``, -1 where
+    there is none), and the backward pass routes the gradient to that one input through the
+    cached transpose: no E x F buffer, no atomics, the same result every run. Ties go to the
+    earliest edge of the edge_index order (torch's scatter_reduce splits them evenly instead).
+    ``return_arg=True`` also returns ``arg`` (max/min only).
+    """
+    if reduce in ("sum", "add", "mean"):
+        if return_arg:
+            raise ValueError("return_arg is only defined for reduce='max' or 'min'")
+        return spmm(graph, x, None, reduce)
+    if reduce not in ("max", "min"):
+        raise ValueError(f"reduce must be one of 'max', 'min', 'sum', 'mean', got {reduce!r}")
+    x = check_features(x, graph.num_src, graph)
+    fwd = graph.csr_by_dst
+    if torch.is_grad_enabled() and x.requires_grad:
+        bwd = graph.csr_by_src
+        rowptr_t, col_t, t2c = bwd.rowptr, bwd.col, graph.src_slot_to_dst_slot
+    else:
+        rowptr_t = col_t = t2c = fwd.rowptr.new_empty(0)
+    out, arg = _ops.segment_reduce(fwd.rowptr, fwd.col, x, graph.num_dst, graph.num_src, reduce,
+                                   rowptr_t, col_t, t2c)
+    return (out, arg) if return_arg else out

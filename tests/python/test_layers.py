@@ -408,9 +408,9 @@ def test_gcn_rejects_pairs_and_loops_without_normalisation(device):
 
 
 @pytest.mark.parametrize("make,argument", [
-    (lambda: gnnio.nn.SAGEConv(16, 8, aggr="max"), "aggr"),
+    (lambda: gnnio.nn.SAGEConv(16, 8, aggr="lstm"), "aggr"),
     (lambda: gnnio.nn.SAGEConv(16, 8, aggr=["mean", "max"]), "aggr"),
-    (lambda: gnnio.nn.GraphConv(16, 8, aggr="max"), "aggr"),
+    (lambda: gnnio.nn.GraphConv(16, 8, aggr="std"), "aggr"),
     (lambda: gnnio.nn.GCNConv(16, 8, flow="target_to_source"), "flow"),
     (lambda: gnnio.nn.GraphConv(16, 8, flow="target_to_source"), "flow"),
     (lambda: gnnio.nn.SAGEConv(16, 8, decomposed_layers=2), "decomposed_layers"),

@@ -4,9 +4,9 @@ import torch
 from torch import Tensor
 
 from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
-from gnnio.ops import spmm
+from gnnio.ops import segment_reduce, spmm
 
-_SPMM_AGGR = {"add": "sum", "sum": "sum", "mean": "mean"}
+_AGGR = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}
 
 
 class GraphConv(torch.nn.Module):
@@ -18,13 +18,15 @@ class GraphConv(torch.nn.Module):
         \mathbf{x}^{\prime}_i = \mathbf{W}_1 \mathbf{x}_i + \mathbf{W}_2
         \bigoplus_{j \in \mathcal{N}(i)} e_{j,i} \cdot \mathbf{x}_j
 
-    with :math:`\bigoplus` the sum (``aggr='add'``) or mean (``'mean'``) over incoming edges,
-    computed by one SpMM over the destination CSR before ``lin_rel`` as PyG does.
+    with :math:`\bigoplus` the sum (``aggr='add'``), mean, max or min over incoming edges, computed
+    by one SpMM (sum, mean) or segment reduction (max, min) over the destination CSR before
+    ``lin_rel``, as PyG does.
 
     Args:
         in_channels (int or (int, int)): source (and destination) feature sizes.
         out_channels (int): output size.
-        aggr (str): ``'add'`` or ``'mean'``. (default: ``'add'``)
+        aggr (str): ``'add'``, ``'mean'``, ``'max'`` or ``'min'`` (max/min without edge_weight).
+            (default: ``'add'``)
         bias (bool): bias of ``lin_rel``. (default: ``True``)
 
     Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_weight ``[E]`` optional;
@@ -33,9 +35,9 @@ class GraphConv(torch.nn.Module):
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
                  aggr: str = "add", bias: bool = True, **kwargs):
-        if not isinstance(aggr, str) or aggr not in _SPMM_AGGR:
+        if not isinstance(aggr, str) or aggr not in _AGGR:
             raise NotImplementedError(f"gnnio.nn.GraphConv does not support aggr={aggr!r} yet "
-                                      "(supported: 'add', 'mean')")
+                                      "(supported: 'add', 'mean', 'max', 'min')")
         check_kwargs("GraphConv", kwargs)
         super().__init__()
         if isinstance(in_channels, int):
@@ -57,7 +59,14 @@ class GraphConv(torch.nn.Module):
         x_src, x_dst = split_pair(x)
         num_src, num_dst = _sizes(x_src, x_dst, size)
         graph = self._graphs.get(edge_index, num_src, num_dst)
-        out = spmm(graph, x_src, edge_weight, _SPMM_AGGR[self.aggr])
+        reduce = _AGGR[self.aggr]
+        if reduce in ("max", "min"):
+            if edge_weight is not None:
+                raise NotImplementedError(f"gnnio.nn.GraphConv(aggr={self.aggr!r}) does not support "
+                                          "edge_weight yet")
+            out = segment_reduce(graph, x_src, reduce)
+        else:
+            out = spmm(graph, x_src, edge_weight, reduce)
         out = self.lin_rel(out)
         if x_dst is not None:
             out = out + self.lin_root(x_dst)

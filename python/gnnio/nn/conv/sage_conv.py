@@ -6,7 +6,7 @@ from torch import Tensor
 
 from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
 from gnnio.nn.conv.graph_conv import _sizes
-from gnnio.ops import spmm
+from gnnio.ops import segment_reduce
 
 
 class SAGEConv(torch.nn.Module):
@@ -17,11 +17,13 @@ class SAGEConv(torch.nn.Module):
         \mathbf{x}^{\prime}_i = \mathbf{W}_1 \mathbf{x}_i + \mathbf{W}_2 \cdot
         \mathrm{mean}_{j \in \mathcal{N}(i)} \mathbf{x}_j
 
-    The mean is one SpMM over the destination CSR with cached 1/deg edge values.
+    (or max / min instead of the mean). The mean is one SpMM over the destination CSR with cached
+    1/deg edge values; max / min are one segment reduction that keeps the winning edge of each
+    (node, feature) for the backward pass.
 
     Args:
         in_channels (int or (int, int)), out_channels (int): feature sizes.
-        aggr (str): ``'mean'`` (max/min come with the reduction family). (default: ``'mean'``)
+        aggr (str): ``'mean'``, ``'max'`` or ``'min'``. (default: ``'mean'``)
         normalize (bool): L2-normalise the output. (default: ``False``)
         root_weight (bool): add :math:`\mathbf{W}_1 \mathbf{x}_i`. (default: ``True``)
         project (bool): first :math:`\mathbf{x}_j \leftarrow \mathrm{ReLU}(\mathbf{W}_3
@@ -35,9 +37,9 @@ class SAGEConv(torch.nn.Module):
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
                  aggr: str = "mean", normalize: bool = False, root_weight: bool = True,
                  project: bool = False, bias: bool = True, **kwargs):
-        if not isinstance(aggr, str) or aggr != "mean":
+        if not isinstance(aggr, str) or aggr not in ("mean", "max", "min"):
             raise NotImplementedError(f"gnnio.nn.SAGEConv does not support aggr={aggr!r} yet "
-                                      "(supported: 'mean')")
+                                      "(supported: 'mean', 'max', 'min')")
         check_kwargs("SAGEConv", kwargs)
         super().__init__()
         if isinstance(in_channels, int):
@@ -67,7 +69,7 @@ class SAGEConv(torch.nn.Module):
             x_src = self.lin(x_src).relu()
         num_src, num_dst = _sizes(x_src, x_dst, size)
         graph = self._graphs.get(edge_index, num_src, num_dst)
-        out = self.lin_l(spmm(graph, x_src, None, "mean"))
+        out = self.lin_l(segment_reduce(graph, x_src, self.aggr))
         if self.root_weight and x_dst is not None:
             out = out + self.lin_r(x_dst)
         if self.normalize:

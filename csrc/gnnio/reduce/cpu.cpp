@@ -1,0 +1,101 @@
+#include <cmath>
+#include <vector>
+
+#include "gnnio/reduce/params.h"
+
+namespace gnnio {
+namespace {
+
+bool worth_threads(int64_t work) { return work > (int64_t(1) << 16); }
+
+// True when v should replace best for this reduction (NaN wins; ties keep the earlier slot).
+template <typename T>
+inline bool better(T v, T best, ReduceOp op) {
+  if (std::isnan(v)) return !std::isnan(best);
+  return op == ReduceOp::kMax ? v > best : v < best;
+}
+
+template <typename scalar_t, typename index_t>
+void forward(const SegmentReduceParams& p) {
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  const auto* col = static_cast<const index_t*>(p.col);
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  auto* out = static_cast<scalar_t*>(p.out);
+  auto* arg = static_cast<index_t*>(p.arg);
+  const int64_t width = p.width;
+
+#pragma omp parallel for schedule(dynamic, 64) if (worth_threads(p.nnz * width))
+  for (int64_t r = 0; r < p.num_rows; ++r) {
+    scalar_t* y = out + r * width;
+    index_t* a = arg + r * width;
+    const int64_t begin = rowptr[r], end = rowptr[r + 1];
+    if (begin == end) {
+      for (int64_t f = 0; f < width; ++f) y[f] = scalar_t(0), a[f] = index_t(-1);
+      continue;
+    }
+    const scalar_t* first = x + int64_t(col[begin]) * p.x_row_stride;
+    for (int64_t f = 0; f < width; ++f) y[f] = first[f], a[f] = static_cast<index_t>(begin);
+    for (int64_t k = begin + 1; k < end; ++k) {
+      const scalar_t* xr = x + int64_t(col[k]) * p.x_row_stride;
+      for (int64_t f = 0; f < width; ++f)
+        if (better(xr[f], y[f], p.op)) y[f] = xr[f], a[f] = static_cast<index_t>(k);
+    }
+  }
+}
+
+template <typename scalar_t, typename index_t>
+void backward(const SegmentReduceBackwardParams& p) {
+  const auto* rowptr_t = static_cast<const index_t*>(p.rowptr_t);
+  const auto* col_t = static_cast<const index_t*>(p.col_t);
+  const auto* t2c = static_cast<const index_t*>(p.t2c);
+  const auto* arg = static_cast<const index_t*>(p.arg);
+  const auto* g = static_cast<const scalar_t*>(p.grad_out);
+  auto* gx = static_cast<scalar_t*>(p.grad_x);
+  const int64_t width = p.width;
+  const int64_t nnz = p.num_src > 0 ? int64_t(rowptr_t[p.num_src]) : 0;
+
+#pragma omp parallel for schedule(dynamic, 64) if (worth_threads(nnz * width))
+  for (int64_t j = 0; j < p.num_src; ++j) {
+    scalar_t* out = gx + j * width;
+    for (int64_t f = 0; f < width; ++f) out[f] = scalar_t(0);
+    for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
+      const int64_t r = col_t[k];
+      const index_t slot = t2c[k];
+      const index_t* a = arg + r * width;
+      const scalar_t* gr = g + r * width;
+      for (int64_t f = 0; f < width; ++f)
+        if (a[f] == slot) out[f] += gr[f];
+    }
+  }
+}
+
+template <typename Params, typename Fn32, typename Fn64>
+void dispatch_float(const Params& p, const char* name, Fn32&& f32, Fn64&& f64) {
+  switch (p.scalar_type) {
+    case ScalarType::kFloat32: return f32();
+    case ScalarType::kFloat64: return f64();
+    default:
+      detail::fail(ErrorKind::kInvalidArgument, name, " on CPU supports float32 and float64, got ",
+                   to_string(p.scalar_type));
+  }
+}
+
+}  // namespace
+
+void segment_reduce_cpu(const SegmentReduceParams& p) {
+  dispatch_index(p.index_type, [&](auto index) {
+    using index_t = decltype(index);
+    dispatch_float(p, "segment_reduce", [&] { forward<float, index_t>(p); },
+                   [&] { forward<double, index_t>(p); });
+  });
+}
+
+void segment_reduce_backward_cpu(const SegmentReduceBackwardParams& p) {
+  dispatch_index(p.index_type, [&](auto index) {
+    using index_t = decltype(index);
+    dispatch_float(p, "segment_reduce backward", [&] { backward<float, index_t>(p); },
+                   [&] { backward<double, index_t>(p); });
+  });
+}
+
+}  // namespace gnnio

@@ -1,0 +1,55 @@
+// The reduction family: out[r, f] = max (or min) over the CSR slots k of row r of x[col[k], f],
+// with arg[r, f] = the winning slot k, so the backward pass routes each gradient to exactly one
+// input without any E x F buffer. Rows without slots give 0 and arg -1 (PyG's value for empty
+// groups). Ties go to the lowest slot, i.e. the earliest edge of the input order (the CSR build
+// is stable), on every device and every run. NaN wins over any number (as torch.amax).
+#pragma once
+
+#include <cstdint>
+
+#include "gnnio/common/types.h"
+
+namespace gnnio {
+
+enum class ReduceOp { kMax, kMin };
+
+struct SegmentReduceParams {
+  const void* rowptr = nullptr;  // [num_rows + 1]
+  const void* col = nullptr;     // [nnz]
+  IndexType index_type = IndexType::kInt64;  // also the type of arg
+
+  const void* x = nullptr;  // [num_cols, width], rows x_row_stride apart, unit feature stride
+  void* out = nullptr;      // [num_rows, width] contiguous
+  void* arg = nullptr;      // [num_rows, width] contiguous: winning slot, -1 for empty rows
+  ScalarType scalar_type = ScalarType::kFloat32;
+  ReduceOp op = ReduceOp::kMax;
+
+  int64_t num_rows = 0;
+  int64_t num_cols = 0;
+  int64_t nnz = 0;
+  int64_t width = 0;
+  int64_t x_row_stride = 0;
+};
+
+// grad_x[j, f] = sum over the slots k' of row j of the transposed CSR whose forward slot
+// t2c[k'] won (arg[col_t[k'], f] == t2c[k']) of grad_out[col_t[k'], f]. A gather over the
+// transpose: each output element is summed by one thread in slot order (deterministic).
+struct SegmentReduceBackwardParams {
+  const void* rowptr_t = nullptr;  // [num_src + 1]
+  const void* col_t = nullptr;     // [nnz] destination row of each transposed slot
+  const void* t2c = nullptr;       // [nnz] forward (csr_by_dst) slot of each transposed slot
+  const void* arg = nullptr;       // [num_dst, width]
+  IndexType index_type = IndexType::kInt64;
+
+  const void* grad_out = nullptr;  // [num_dst, width] contiguous
+  void* grad_x = nullptr;          // [num_src, width] contiguous
+  ScalarType scalar_type = ScalarType::kFloat32;
+
+  int64_t num_src = 0;
+  int64_t width = 0;
+};
+
+void segment_reduce_cpu(const SegmentReduceParams& p);
+void segment_reduce_backward_cpu(const SegmentReduceBackwardParams& p);
+
+}  // namespace gnnio

@@ -1,0 +1,68 @@
+// Validation and params filling for the reduction family, shared by the CPU and CUDA bindings.
+#pragma once
+
+#include "common.h"
+#include "gnnio/reduce/params.h"
+#include "spmm_common.h"
+
+namespace gnnio::binding {
+
+inline ReduceOp reduce_op_of(c10::string_view reduce) {
+  if (reduce == "max" || reduce == "amax") return ReduceOp::kMax;
+  if (reduce == "min" || reduce == "amin") return ReduceOp::kMin;
+  TORCH_CHECK_VALUE(false, text("segment_reduce: reduce must be 'max' or 'min', got '",
+                                std::string(reduce), "'"));
+}
+
+inline SegmentReduceParams segment_reduce_params(const at::Tensor& rowptr, const at::Tensor& col,
+                                                 const at::Tensor& x, int64_t num_rows,
+                                                 int64_t num_cols, c10::string_view reduce,
+                                                 const at::Tensor& out, const at::Tensor& arg) {
+  check_csr(rowptr, col, num_rows, "segment_reduce");
+  TORCH_CHECK_VALUE(x.dim() == 2, text("segment_reduce: x must be 2-D, got ", sizes_text(x.sizes())));
+  TORCH_CHECK_VALUE(x.size(0) == num_cols, text("segment_reduce: x has ", x.size(0),
+                                                " rows but the graph has ", num_cols, " source nodes"));
+  TORCH_CHECK_VALUE(x.stride(1) == 1 || x.size(1) <= 1, "segment_reduce: x must have unit feature stride");
+  check_same_device(rowptr, "rowptr", x, "x");
+  SegmentReduceParams p;
+  p.rowptr = rowptr.data_ptr();
+  p.col = col.data_ptr();
+  p.index_type = index_type_of(rowptr, "rowptr");
+  p.x = x.data_ptr();
+  p.out = out.data_ptr();
+  p.arg = arg.data_ptr();
+  p.scalar_type = scalar_type_of(x, "x");
+  p.op = reduce_op_of(reduce);
+  p.num_rows = num_rows;
+  p.num_cols = num_cols;
+  p.nnz = col.numel();
+  p.width = x.size(1);
+  p.x_row_stride = x.size(1) <= 1 ? x.size(1) : x.stride(0);
+  return p;
+}
+
+inline SegmentReduceBackwardParams segment_reduce_backward_params(
+    const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
+    const at::Tensor& arg, const at::Tensor& grad_out, int64_t num_src, const at::Tensor& grad_x) {
+  check_csr(rowptr_t, col_t, num_src, "segment_reduce backward");
+  TORCH_CHECK_VALUE(t2c.numel() == col_t.numel() && t2c.scalar_type() == col_t.scalar_type(),
+                    "segment_reduce backward: t2c must match col_t");
+  TORCH_CHECK_VALUE(arg.sizes() == grad_out.sizes() && arg.scalar_type() == col_t.scalar_type(),
+                    "segment_reduce backward: arg must be [num_dst, width] of the index dtype");
+  TORCH_CHECK_VALUE(grad_out.is_contiguous() && arg.is_contiguous(),
+                    "segment_reduce backward: grad_out and arg must be contiguous");
+  SegmentReduceBackwardParams p;
+  p.rowptr_t = rowptr_t.data_ptr();
+  p.col_t = col_t.data_ptr();
+  p.t2c = t2c.data_ptr();
+  p.arg = arg.data_ptr();
+  p.index_type = index_type_of(rowptr_t, "rowptr_t");
+  p.grad_out = grad_out.data_ptr();
+  p.grad_x = grad_x.data_ptr();
+  p.scalar_type = scalar_type_of(grad_out, "grad_out");
+  p.num_src = num_src;
+  p.width = grad_out.size(1);
+  return p;
+}
+
+}  // namespace gnnio::binding

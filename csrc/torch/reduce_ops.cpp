@@ -1,0 +1,36 @@
+// CPU implementations of the reduction family.
+#include "reduce_common.h"
+
+namespace gnnio::binding {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> segment_reduce_cpu_impl(
+    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, int64_t num_rows,
+    int64_t num_cols, c10::string_view reduce, const at::Tensor& /*rowptr_t*/,
+    const at::Tensor& /*col_t*/, const at::Tensor& /*t2c*/) {
+  const int64_t width = x.dim() == 2 ? x.size(1) : 0;
+  auto out = at::empty({num_rows, width}, x.options());
+  auto arg = at::empty({num_rows, width}, rowptr.options());
+  const auto p = segment_reduce_params(rowptr, col, x, num_rows, num_cols, reduce, out, arg);
+  translate_errors([&] { segment_reduce_cpu(p); });
+  return {out, arg};
+}
+
+at::Tensor segment_reduce_backward_cpu_impl(const at::Tensor& rowptr_t, const at::Tensor& col_t,
+                                            const at::Tensor& t2c, const at::Tensor& arg,
+                                            const at::Tensor& grad_out, int64_t num_src) {
+  auto grad_x = at::empty({num_src, grad_out.size(1)}, grad_out.options());
+  const auto g = grad_out.contiguous();
+  const auto p = segment_reduce_backward_params(rowptr_t, col_t, t2c, arg, g, num_src, grad_x);
+  translate_errors([&] { segment_reduce_backward_cpu(p); });
+  return grad_x;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(gnnio, CPU, m) {
+  m.impl("segment_reduce", &segment_reduce_cpu_impl);
+  m.impl("segment_reduce_backward", &segment_reduce_backward_cpu_impl);
+}
+
+}  // namespace gnnio::binding
