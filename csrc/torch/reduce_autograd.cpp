@@ -14,13 +14,19 @@ std::tuple<at::Tensor, at::Tensor> call_forward(const at::Tensor& rowptr, const 
                                                 const at::Tensor& x, int64_t num_rows,
                                                 int64_t num_cols, c10::string_view reduce,
                                                 const at::Tensor& rowptr_t, const at::Tensor& col_t,
-                                                const at::Tensor& t2c) {
+                                                const at::Tensor& t2c,
+                                                const c10::optional<at::Tensor>& heavy_rows,
+                                                const c10::optional<at::Tensor>& heavy_items,
+                                                int64_t light_max_degree) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("gnnio::segment_reduce", "")
                        .typed<std::tuple<at::Tensor, at::Tensor>(
                            const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t,
-                           c10::string_view, const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
-  return op.call(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c);
+                           c10::string_view, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                           const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&,
+                           int64_t)>();
+  return op.call(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c, heavy_rows,
+                 heavy_items, light_max_degree);
 }
 
 at::Tensor call_backward(const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
@@ -38,9 +44,12 @@ class SegmentReduceFunction : public torch::autograd::Function<SegmentReduceFunc
                                const at::Tensor& col, const at::Tensor& x, int64_t num_rows,
                                int64_t num_cols, c10::string_view reduce,
                                const at::Tensor& rowptr_t, const at::Tensor& col_t,
-                               const at::Tensor& t2c, bool x_grad) {
+                               const at::Tensor& t2c, const c10::optional<at::Tensor>& heavy_rows,
+                               const c10::optional<at::Tensor>& heavy_items,
+                               int64_t light_max_degree, bool x_grad) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [out, arg] = call_forward(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c);
+    auto [out, arg] = call_forward(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c,
+                                   heavy_rows, heavy_items, light_max_degree);
     ctx->mark_non_differentiable({arg});
     if (x_grad) ctx->save_for_backward({rowptr_t, col_t, t2c, arg});
     ctx->saved_data["num_cols"] = num_cols;
@@ -56,17 +65,20 @@ class SegmentReduceFunction : public torch::autograd::Function<SegmentReduceFunc
                              ctx->saved_data["num_cols"].toInt());
     }
     return {at::Tensor(), at::Tensor(), grad_x, at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
 std::tuple<at::Tensor, at::Tensor> segment_reduce_autograd(
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, int64_t num_rows,
     int64_t num_cols, c10::string_view reduce, const at::Tensor& rowptr_t, const at::Tensor& col_t,
-    const at::Tensor& t2c) {
+    const at::Tensor& t2c, const c10::optional<at::Tensor>& heavy_rows,
+    const c10::optional<at::Tensor>& heavy_items, int64_t light_max_degree) {
   const bool x_grad = at::GradMode::is_enabled() && x.requires_grad();
   auto outs = SegmentReduceFunction::apply(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t,
-                                           col_t, t2c, x_grad);
+                                           col_t, t2c, heavy_rows, heavy_items, light_max_degree,
+                                           x_grad);
   return {outs[0], outs[1]};
 }
 

@@ -7,7 +7,9 @@ namespace {
 std::tuple<at::Tensor, at::Tensor> segment_reduce_cpu_impl(
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, int64_t num_rows,
     int64_t num_cols, c10::string_view reduce, const at::Tensor& /*rowptr_t*/,
-    const at::Tensor& /*col_t*/, const at::Tensor& /*t2c*/) {
+    const at::Tensor& /*col_t*/, const at::Tensor& /*t2c*/,
+    const c10::optional<at::Tensor>& /*heavy_rows*/, const c10::optional<at::Tensor>& /*heavy_items*/,
+    int64_t /*light_max_degree*/) {
   const int64_t width = x.dim() == 2 ? x.size(1) : 0;
   auto out = at::empty({num_rows, width}, x.options());
   auto arg = at::empty({num_rows, width}, rowptr.options());

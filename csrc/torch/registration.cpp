@@ -50,8 +50,11 @@ TORCH_LIBRARY(gnnio, m) {
   // out[r, f] = max (or min) of x[col[k], f] over the slots k of row r, and arg[r, f] = the
   // winning slot (-1 for empty rows, whose out is 0). The transposed CSR and t2c (forward slot
   // of each transposed slot) are read only by the backward pass.
+  // heavy_rows / heavy_items / light_max_degree are the planner's degree-aware split (CUDA;
+  // gnnio.Graph.reduce_plan): rows above light_max_degree are reduced by 2-D tiles.
   m.def("segment_reduce(Tensor rowptr, Tensor col, Tensor x, int num_rows, int num_cols, "
-        "str reduce, Tensor rowptr_t, Tensor col_t, Tensor t2c) -> (Tensor out, Tensor arg)");
+        "str reduce, Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor? heavy_rows, "
+        "Tensor? heavy_items, int light_max_degree) -> (Tensor out, Tensor arg)");
   m.def("segment_reduce_backward(Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor arg, "
         "Tensor grad_out, int num_src) -> Tensor");
   // Parses the bytes of a Matrix Market file (uint8 tensor).

@@ -46,7 +46,8 @@ def _sddmm_fake(rowptr, col, a, b):
 
 
 @torch.library.register_fake("gnnio::segment_reduce")
-def _segment_reduce_fake(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c):
+def _segment_reduce_fake(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c,
+                         heavy_rows, heavy_items, light_max_degree):
     return x.new_empty(num_rows, x.size(1)), rowptr.new_empty(num_rows, x.size(1))
 
 

@@ -5,6 +5,7 @@ import torch
 
 from gnnio._ops import ops as _ops
 from gnnio.graph import Graph
+from gnnio.plan import plan_reduce
 
 __all__ = ["spmm", "segment_reduce", "check_features"]
 
@@ -66,7 +67,7 @@ def gcn_propagate(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Ten
 
 
 def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
-                   return_arg: bool = False):
+                   return_arg: bool = False, degree_aware: Optional[bool] = None):
     r"""Neighbourhood reduction :math:`\mathbf{out}_i = \mathrm{reduce}_{j \in N(i)} \mathbf{x}_j`
     for ``reduce`` in ``{'max', 'min', 'sum', 'mean'}``, as PyG's aggregation with that name:
     a destination without neighbours gets 0.
@@ -75,7 +76,9 @@ def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
     there is none), and the backward pass routes the gradient to that one input through the
     cached transpose: no E x F buffer, no atomics, the same result every run. Ties go to the
     earliest edge of the edge_index order (torch's scatter_reduce splits them evenly instead).
-    ``return_arg=True`` also returns ``arg`` (max/min only).
+    ``return_arg=True`` also returns ``arg`` (max/min only). On CUDA the planner
+    (``gnnio.plan.plan_reduce``) splits high-degree rows into 2-D tiles; ``degree_aware=False``
+    forces the plain node-parallel kernel.
     """
     if reduce in ("sum", "add", "mean"):
         if return_arg:
@@ -90,6 +93,11 @@ def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
         rowptr_t, col_t, t2c = bwd.rowptr, bwd.col, graph.src_slot_to_dst_slot
     else:
         rowptr_t = col_t = t2c = fwd.rowptr.new_empty(0)
+    heavy_rows = heavy_items = None
+    light_max_degree = 2**62
+    if x.is_cuda:
+        plan = plan_reduce(graph, x.dtype, degree_aware)
+        heavy_rows, heavy_items, light_max_degree = plan.heavy_rows, plan.heavy_items, plan.light_max_degree
     out, arg = _ops.segment_reduce(fwd.rowptr, fwd.col, x, graph.num_dst, graph.num_src, reduce,
-                                   rowptr_t, col_t, t2c)
+                                   rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree)
     return (out, arg) if return_arg else out

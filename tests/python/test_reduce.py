@@ -131,7 +131,8 @@ def test_opcheck():
     f, t = g.csr_by_dst, g.csr_by_src
     x = torch.randn(n, 4, requires_grad=True)
     torch.library.opcheck(torch.ops.gnnio.segment_reduce.default,
-                          (f.rowptr, f.col, x, n, n, "max", t.rowptr, t.col, g.src_slot_to_dst_slot))
+                          (f.rowptr, f.col, x, n, n, "max", t.rowptr, t.col, g.src_slot_to_dst_slot,
+                           None, None, 2**62))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,10 +206,35 @@ def test_graph_conv_max_refuses_edge_weight():
         gnnio.nn.GraphConv(4, 2, aggr="max")(torch.randn(n, 4), ei, torch.rand(30))
 
 
+def test_planner_splits_hubs_and_explains():
+    ei, n = hub(100_000)
+    g = gnnio.Graph(ei, num_nodes=n)
+    plan = gnnio.plan.plan_reduce(g, torch.float32)
+    assert plan.heavy_rows.tolist() == [0] and "degree-aware" in plan.reason
+    items = plan.heavy_items
+    assert items[:, 1].tolist() == list(range(0, 100_000, plan.edge_chunk))  # row 0 starts at slot 0
+    assert items[-1, 2].item() == g.in_degree()[0].item()
+    assert "node-parallel" in gnnio.plan.plan_reduce(g, torch.float32, degree_aware=False).reason
+    assert "node-parallel" in gnnio.plan.plan_reduce(gnnio.Graph(*random_graph(50, 200)[:1], num_nodes=50),
+                                                     torch.float32).reason
+
+
 @pytest.mark.cuda
-def test_cuda_matches_cpu_bitwise_for_max():
-    ei, n = hub(200_000)
-    x = torch.randn(n, 64)
-    cpu = gnnio.ops.segment_reduce(gnnio.Graph(ei, num_nodes=n), x, "max", return_arg=True)
-    gpu = gnnio.ops.segment_reduce(gnnio.Graph(ei.cuda(), num_nodes=n), x.cuda(), "max", return_arg=True)
-    assert torch.equal(cpu[0], gpu[0].cpu()) and torch.equal(cpu[1], gpu[1].cpu())
+@pytest.mark.parametrize("degree_aware", [True, False])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_cuda_matches_cpu_bitwise(reduce, dtype, degree_aware):
+    # A 10^6-neighbour hub (heavy tiles merged by packed atomics) plus light rows; few distinct
+    # values so that ties are everywhere: the lowest slot must win on both devices.
+    ei, n = hub(1_000_000)
+    x = torch.randint(-4, 5, (n, 33)).to(dtype)
+    cpu = gnnio.ops.segment_reduce(gnnio.Graph(ei, num_nodes=n), x.float(), reduce, return_arg=True)
+    g = gnnio.Graph(ei.cuda(), num_nodes=n)
+    xc = x.cuda().requires_grad_()
+    out, arg = gnnio.ops.segment_reduce(g, xc, reduce, return_arg=True, degree_aware=degree_aware)
+    assert torch.equal(out.float().cpu(), cpu[0]) and torch.equal(arg.cpu(), cpu[1])
+    (grad,) = torch.autograd.grad(out.float().sum(), xc)
+    x_cpu = x.float().requires_grad_()
+    (grad_cpu,) = torch.autograd.grad(gnnio.ops.segment_reduce(gnnio.Graph(ei, num_nodes=n), x_cpu,
+                                                               reduce).sum(), x_cpu)
+    assert torch.equal(grad.float().cpu(), grad_cpu)

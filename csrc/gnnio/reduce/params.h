@@ -5,6 +5,7 @@
 // is stable), on every device and every run. NaN wins over any number (as torch.amax).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "gnnio/common/types.h"
@@ -29,6 +30,16 @@ struct SegmentReduceParams {
   int64_t nnz = 0;
   int64_t width = 0;
   int64_t x_row_stride = 0;
+
+  // Degree-aware split (CUDA; chosen by the planner, see ReducePolicy). Rows listed in
+  // heavy_rows are skipped by the light (warp per row) kernel and reduced instead by 2-D tiles
+  // over the work items (heavy index, first slot, end slot), merged exactly with 64-bit atomics
+  // on packed (value, slot) keys. num_heavy == 0: every row is light (node-parallel variant).
+  const int64_t* heavy_rows = nullptr;  // [num_heavy] row ids, increasing
+  const int64_t* heavy_items = nullptr;  // [num_items, 3]
+  int64_t num_heavy = 0;
+  int64_t num_items = 0;
+  int64_t light_max_degree = INT64_MAX;  // rows above this are heavy
 };
 
 // grad_x[j, f] = sum over the slots k' of row j of the transposed CSR whose forward slot
@@ -51,5 +62,12 @@ struct SegmentReduceBackwardParams {
 
 void segment_reduce_cpu(const SegmentReduceParams& p);
 void segment_reduce_backward_cpu(const SegmentReduceBackwardParams& p);
+
+#ifdef GNNIO_WITH_CUDA
+// Workspace: num_heavy * width 64-bit keys (0 bytes without heavy rows).
+size_t segment_reduce_cuda_workspace_bytes(const SegmentReduceParams& p);
+void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* stream);
+void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* stream);
+#endif
 
 }  // namespace gnnio

@@ -1,0 +1,237 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "gnnio/common/cuda_check.h"
+#include "gnnio/reduce/params.h"
+
+namespace gnnio {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+__device__ inline float to_f(float v) { return v; }
+__device__ inline double to_f(double v) { return v; }
+__device__ inline float to_f(__half v) { return __half2float(v); }
+__device__ inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ inline T from_f(float v);
+template <> __device__ inline float from_f<float>(float v) { return v; }
+template <> __device__ inline __half from_f<__half>(float v) { return __float2half(v); }
+template <> __device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+template <typename T> __device__ inline T from_acc(double v) { return from_f<T>(static_cast<float>(v)); }
+template <> __device__ inline double from_acc<double>(double v) { return v; }
+
+template <typename acc_t>
+__device__ inline bool better(acc_t v, acc_t best, ReduceOp op) {
+  if (isnan(v)) return !isnan(best);
+  return op == ReduceOp::kMax ? v > best : v < best;
+}
+
+// Order-preserving 32-bit image of a float (larger value, larger image); NaN goes to the top
+// for max and to the bottom for min, so it wins either way, as in the CPU kernel.
+__device__ inline uint32_t ordered(float v, ReduceOp op) {
+  if (isnan(v)) return op == ReduceOp::kMax ? 0xFFFFFFFFu : 0u;
+  const uint32_t b = __float_as_uint(v);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Packed key: the value image above, the slot below, arranged so that atomicMax (max) or
+// atomicMin (min) keeps the extreme value and, among equal values, the lowest slot.
+__device__ inline unsigned long long pack(float v, uint32_t slot, ReduceOp op) {
+  const unsigned long long hi = static_cast<unsigned long long>(ordered(v, op)) << 32;
+  return op == ReduceOp::kMax ? hi | (0xFFFFFFFFu - slot) : hi | slot;
+}
+__device__ inline uint32_t unpack_slot(unsigned long long key, ReduceOp op) {
+  const uint32_t lo = static_cast<uint32_t>(key & 0xFFFFFFFFull);
+  return op == ReduceOp::kMax ? 0xFFFFFFFFu - lo : lo;
+}
+
+// Light rows: one warp per row, lanes across features, the row's slots walked in order.
+template <typename scalar_t, typename index_t>
+__global__ void light_kernel(SegmentReduceParams p) {
+  using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  const auto* col = static_cast<const index_t*>(p.col);
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  auto* out = static_cast<scalar_t*>(p.out);
+  auto* arg = static_cast<index_t*>(p.arg);
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * kWarps;
+  for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; r < p.num_rows; r += warps) {
+    const int64_t begin = rowptr[r], end = rowptr[r + 1];
+    if (end - begin > p.light_max_degree) continue;  // a heavy row: the tile kernels own it
+    for (int64_t f = lane; f < p.width; f += 32) {
+      if (begin == end) {
+        out[r * p.width + f] = from_acc<scalar_t>(0.0);
+        arg[r * p.width + f] = index_t(-1);
+        continue;
+      }
+      scalar_t best = x[int64_t(col[begin]) * p.x_row_stride + f];
+      int64_t best_k = begin;
+      for (int64_t k = begin + 1; k < end; ++k) {
+        const scalar_t v = x[int64_t(col[k]) * p.x_row_stride + f];
+        if (better<acc_t>(to_f(v), to_f(best), p.op)) best = v, best_k = k;
+      }
+      out[r * p.width + f] = best;
+      arg[r * p.width + f] = static_cast<index_t>(best_k);
+    }
+  }
+}
+
+// Heavy rows: block b reduces work item b (a chunk of one heavy row's slots) for a 32-feature
+// tile (blockIdx.y); its warps split the chunk, each lane keeps one feature's best, the block
+// merges warps in shared memory, then one 64-bit atomic per feature merges blocks exactly.
+template <typename scalar_t, typename index_t>
+__global__ void heavy_tile_kernel(SegmentReduceParams p, unsigned long long* keys) {
+  using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+  __shared__ acc_t best_v[kWarps][32];
+  __shared__ int64_t best_k[kWarps][32];
+  const auto* col = static_cast<const index_t*>(p.col);
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t item = blockIdx.x;
+  const int64_t heavy = p.heavy_items[item * 3], begin = p.heavy_items[item * 3 + 1],
+                end = p.heavy_items[item * 3 + 2];
+  const int64_t f = int64_t(blockIdx.y) * 32 + lane;
+  acc_t v_best = 0;
+  int64_t k_best = -1;
+  if (f < p.width) {
+    for (int64_t k = begin + warp; k < end; k += kWarps) {
+      const acc_t v = to_f(x[int64_t(col[k]) * p.x_row_stride + f]);
+      if (k_best < 0 || better(v, v_best, p.op)) v_best = v, k_best = k;
+    }
+  }
+  best_v[warp][lane] = v_best;
+  best_k[warp][lane] = k_best;
+  __syncthreads();
+  if (warp == 0 && f < p.width) {
+    for (int w = 1; w < kWarps; ++w) {  // fixed order; equal values keep the lower slot
+      const int64_t k = best_k[w][lane];
+      if (k < 0) continue;
+      const acc_t v = best_v[w][lane];
+      // Equal values (neither better) keep the lower slot, as a sequential walk would.
+      if (k_best < 0 || better(v, v_best, p.op) || (!better(v_best, v, p.op) && k < k_best))
+        v_best = v, k_best = k;
+    }
+    if (k_best >= 0) {
+      unsigned long long* key = keys + heavy * p.width + f;
+      const unsigned long long packed = pack(float(v_best), static_cast<uint32_t>(k_best), p.op);
+      if (p.op == ReduceOp::kMax) atomicMax(key, packed); else atomicMin(key, packed);
+    }
+  }
+}
+
+template <typename scalar_t, typename index_t>
+__global__ void heavy_finalize_kernel(SegmentReduceParams p, const unsigned long long* keys) {
+  const auto* col = static_cast<const index_t*>(p.col);
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  auto* out = static_cast<scalar_t*>(p.out);
+  auto* arg = static_cast<index_t*>(p.arg);
+  const int64_t n = p.num_heavy * p.width;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t h = i / p.width, f = i % p.width, r = p.heavy_rows[h];
+    const int64_t slot = unpack_slot(keys[i], p.op);
+    out[r * p.width + f] = x[int64_t(col[slot]) * p.x_row_stride + f];  // exact, any dtype
+    arg[r * p.width + f] = static_cast<index_t>(slot);
+  }
+}
+
+__global__ void fill_keys_kernel(unsigned long long* keys, int64_t n, unsigned long long value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    keys[i] = value;
+}
+
+// Backward: one warp per source row of the transpose, lanes across features.
+template <typename scalar_t, typename index_t>
+__global__ void backward_kernel(SegmentReduceBackwardParams p) {
+  using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+  const auto* rowptr_t = static_cast<const index_t*>(p.rowptr_t);
+  const auto* col_t = static_cast<const index_t*>(p.col_t);
+  const auto* t2c = static_cast<const index_t*>(p.t2c);
+  const auto* arg = static_cast<const index_t*>(p.arg);
+  const auto* g = static_cast<const scalar_t*>(p.grad_out);
+  auto* gx = static_cast<scalar_t*>(p.grad_x);
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * kWarps;
+  for (int64_t j = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; j < p.num_src; j += warps) {
+    for (int64_t f = lane; f < p.width; f += 32) {
+      acc_t acc = 0;
+      for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
+        const int64_t r = col_t[k];
+        if (arg[r * p.width + f] == t2c[k]) acc += to_f(g[r * p.width + f]);
+      }
+      gx[j * p.width + f] = from_acc<scalar_t>(acc);
+    }
+  }
+}
+
+int blocks_for(int64_t threads_needed) {
+  const int64_t b = (threads_needed + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 1 ? 1 : (b > (1 << 20) ? (1 << 20) : b));
+}
+
+template <typename Fn>
+void dispatch(const SegmentReduceParams& p, Fn&& fn) {
+  dispatch_index(p.index_type, [&](auto index) {
+    using index_t = decltype(index);
+    switch (p.scalar_type) {
+      case ScalarType::kFloat32: return fn(float{}, index_t{});
+      case ScalarType::kFloat64: return fn(double{}, index_t{});
+      case ScalarType::kFloat16: return fn(__half{}, index_t{});
+      case ScalarType::kBFloat16: return fn(__nv_bfloat16{}, index_t{});
+    }
+  });
+}
+
+}  // namespace
+
+size_t segment_reduce_cuda_workspace_bytes(const SegmentReduceParams& p) {
+  return static_cast<size_t>(p.num_heavy * p.width) * sizeof(unsigned long long);
+}
+
+void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* stream) {
+  if (p.num_rows == 0 || p.width == 0) return;
+  GNNIO_CHECK(p.num_heavy == 0 || p.nnz < (int64_t(1) << 32), ErrorKind::kInternal,
+              "segment_reduce_cuda: heavy tiles pack slots in 32 bits (nnz < 2^32)");
+  // The packed key holds a 32-bit value image: exact for float32 / float16 / bfloat16 only.
+  GNNIO_CHECK(p.num_heavy == 0 || p.scalar_type != ScalarType::kFloat64, ErrorKind::kInternal,
+              "segment_reduce_cuda: float64 runs the light kernel only (no heavy tiles)");
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch(p, [&](auto scalar, auto index) {
+    using scalar_t = decltype(scalar);
+    using index_t = decltype(index);
+    light_kernel<scalar_t, index_t><<<blocks_for(p.num_rows * 32), kThreads, 0, s>>>(p);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+    if (p.num_heavy == 0) return;
+    auto* keys = static_cast<unsigned long long*>(workspace);
+    const int64_t n = p.num_heavy * p.width;
+    fill_keys_kernel<<<blocks_for(n), kThreads, 0, s>>>(
+        keys, n, p.op == ReduceOp::kMax ? 0ull : ~0ull);
+    const dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>((p.width + 31) / 32));
+    heavy_tile_kernel<scalar_t, index_t><<<grid, kThreads, 0, s>>>(p, keys);
+    heavy_finalize_kernel<scalar_t, index_t><<<blocks_for(n), kThreads, 0, s>>>(p, keys);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* stream) {
+  if (p.num_src == 0 || p.width == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  SegmentReduceParams shape;
+  shape.index_type = p.index_type;
+  shape.scalar_type = p.scalar_type;
+  dispatch(shape, [&](auto scalar, auto index) {
+    using scalar_t = decltype(scalar);
+    using index_t = decltype(index);
+    backward_kernel<scalar_t, index_t><<<blocks_for(p.num_src * 32), kThreads, 0, s>>>(p);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+}  // namespace gnnio
