@@ -9,10 +9,19 @@ namespace {
 bool worth_threads(int64_t work) { return work > (int64_t(1) << 16); }
 
 // True when v should replace best for this reduction (NaN wins; ties keep the earlier slot).
+// Branch-free (v != v is NaN) so the feature loop vectorises.
 template <typename T>
-inline bool better(T v, T best, ReduceOp op) {
-  if (std::isnan(v)) return !std::isnan(best);
-  return op == ReduceOp::kMax ? v > best : v < best;
+inline bool better_max(T v, T best) { return (v > best) | ((v != v) & (best == best)); }
+template <typename T>
+inline bool better_min(T v, T best) { return (v < best) | ((v != v) & (best == best)); }
+
+template <typename scalar_t, typename index_t, bool kMax>
+inline void update_row(const scalar_t* xr, scalar_t* y, index_t* a, index_t k, int64_t width) {
+  for (int64_t f = 0; f < width; ++f) {
+    const bool b = kMax ? better_max(xr[f], y[f]) : better_min(xr[f], y[f]);
+    y[f] = b ? xr[f] : y[f];
+    a[f] = b ? k : a[f];
+  }
 }
 
 template <typename scalar_t, typename index_t>
@@ -37,8 +46,10 @@ void forward(const SegmentReduceParams& p) {
     for (int64_t f = 0; f < width; ++f) y[f] = first[f], a[f] = static_cast<index_t>(begin);
     for (int64_t k = begin + 1; k < end; ++k) {
       const scalar_t* xr = x + int64_t(col[k]) * p.x_row_stride;
-      for (int64_t f = 0; f < width; ++f)
-        if (better(xr[f], y[f], p.op)) y[f] = xr[f], a[f] = static_cast<index_t>(k);
+      if (p.op == ReduceOp::kMax)
+        update_row<scalar_t, index_t, true>(xr, y, a, static_cast<index_t>(k), width);
+      else
+        update_row<scalar_t, index_t, false>(xr, y, a, static_cast<index_t>(k), width);
     }
   }
 }
@@ -63,8 +74,7 @@ void backward(const SegmentReduceBackwardParams& p) {
       const index_t slot = t2c[k];
       const index_t* a = arg + r * width;
       const scalar_t* gr = g + r * width;
-      for (int64_t f = 0; f < width; ++f)
-        if (a[f] == slot) out[f] += gr[f];
+      for (int64_t f = 0; f < width; ++f) out[f] += a[f] == slot ? gr[f] : scalar_t(0);
     }
   }
 }

@@ -29,6 +29,12 @@ LAYERS: Dict[str, LayerCase] = {
                                  lambda f: _pyg().GraphConv(f, f, aggr="mean")),
     "SAGEConv(mean)": LayerCase(lambda f: gnnio.nn.SAGEConv(f, f, aggr="mean"),
                                 lambda f: _pyg().SAGEConv(f, f, aggr="mean")),
+    "SAGEConv(max)": LayerCase(lambda f: gnnio.nn.SAGEConv(f, f, aggr="max"),
+                               lambda f: _pyg().SAGEConv(f, f, aggr="max")),
+    "SAGEConv(min)": LayerCase(lambda f: gnnio.nn.SAGEConv(f, f, aggr="min"),
+                               lambda f: _pyg().SAGEConv(f, f, aggr="min")),
+    "GraphConv(max)": LayerCase(lambda f: gnnio.nn.GraphConv(f, f, aggr="max"),
+                                lambda f: _pyg().GraphConv(f, f, aggr="max")),
 }
 
 DEFAULT_LAYERS = ["spmm", "GCNConv", "GraphConv(add)", "SAGEConv(mean)"]
