@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gnnio/common/convert.cuh"
 #include "gnnio/common/cuda_check.h"
 #include "gnnio/reduce/params.h"
 
@@ -12,18 +13,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-
-__device__ inline float to_f(float v) { return v; }
-__device__ inline double to_f(double v) { return v; }
-__device__ inline float to_f(__half v) { return __half2float(v); }
-__device__ inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ inline T from_f(float v);
-template <> __device__ inline float from_f<float>(float v) { return v; }
-template <> __device__ inline __half from_f<__half>(float v) { return __float2half(v); }
-template <> __device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <typename T> __device__ inline T from_acc(double v) { return from_f<T>(static_cast<float>(v)); }
-template <> __device__ inline double from_acc<double>(double v) { return v; }
 
 template <typename acc_t>
 __device__ inline bool better(acc_t v, acc_t best, ReduceOp op) {
@@ -53,7 +42,7 @@ __device__ inline uint32_t unpack_slot(unsigned long long key, ReduceOp op) {
 // Light rows: one warp per row, lanes across features, the row's slots walked in order.
 template <typename scalar_t, typename index_t>
 __global__ void light_kernel(SegmentReduceParams p) {
-  using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+  using acc_t = acc_type_t<scalar_t>;
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
   const auto* col = static_cast<const index_t*>(p.col);
   const auto* x = static_cast<const scalar_t*>(p.x);
@@ -66,7 +55,7 @@ __global__ void light_kernel(SegmentReduceParams p) {
     if (end - begin > p.light_max_degree) continue;  // a heavy row: the tile kernels own it
     for (int64_t f = lane; f < p.width; f += 32) {
       if (begin == end) {
-        out[r * p.width + f] = from_acc<scalar_t>(0.0);
+        out[r * p.width + f] = from_acc<scalar_t>(0.0f);
         arg[r * p.width + f] = index_t(-1);
         continue;
       }
@@ -74,7 +63,7 @@ __global__ void light_kernel(SegmentReduceParams p) {
       int64_t best_k = begin;
       for (int64_t k = begin + 1; k < end; ++k) {
         const scalar_t v = x[int64_t(col[k]) * p.x_row_stride + f];
-        if (better<acc_t>(to_f(v), to_f(best), p.op)) best = v, best_k = k;
+        if (better<acc_t>(to_acc(v), to_acc(best), p.op)) best = v, best_k = k;
       }
       out[r * p.width + f] = best;
       arg[r * p.width + f] = static_cast<index_t>(best_k);
@@ -87,7 +76,7 @@ __global__ void light_kernel(SegmentReduceParams p) {
 // merges warps in shared memory, then one 64-bit atomic per feature merges blocks exactly.
 template <typename scalar_t, typename index_t>
 __global__ void heavy_tile_kernel(SegmentReduceParams p, unsigned long long* keys) {
-  using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+  using acc_t = acc_type_t<scalar_t>;
   __shared__ acc_t best_v[kWarps][32];
   __shared__ int64_t best_k[kWarps][32];
   const auto* col = static_cast<const index_t*>(p.col);
@@ -101,7 +90,7 @@ __global__ void heavy_tile_kernel(SegmentReduceParams p, unsigned long long* key
   int64_t k_best = -1;
   if (f < p.width) {
     for (int64_t k = begin + warp; k < end; k += kWarps) {
-      const acc_t v = to_f(x[int64_t(col[k]) * p.x_row_stride + f]);
+      const acc_t v = to_acc(x[int64_t(col[k]) * p.x_row_stride + f]);
       if (k_best < 0 || better(v, v_best, p.op)) v_best = v, k_best = k;
     }
   }
@@ -150,7 +139,7 @@ __global__ void fill_keys_kernel(unsigned long long* keys, int64_t n, unsigned l
 // Backward: one warp per source row of the transpose, lanes across features.
 template <typename scalar_t, typename index_t>
 __global__ void backward_kernel(SegmentReduceBackwardParams p) {
-  using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+  using acc_t = acc_type_t<scalar_t>;
   const auto* rowptr_t = static_cast<const index_t*>(p.rowptr_t);
   const auto* col_t = static_cast<const index_t*>(p.col_t);
   const auto* t2c = static_cast<const index_t*>(p.t2c);
@@ -164,7 +153,7 @@ __global__ void backward_kernel(SegmentReduceBackwardParams p) {
       acc_t acc = 0;
       for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
         const int64_t r = col_t[k];
-        if (arg[r * p.width + f] == t2c[k]) acc += to_f(g[r * p.width + f]);
+        if (arg[r * p.width + f] == t2c[k]) acc += to_acc(g[r * p.width + f]);
       }
       gx[j * p.width + f] = from_acc<scalar_t>(acc);
     }

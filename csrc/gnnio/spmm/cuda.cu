@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 #include <cusparse.h>
 
+#include "gnnio/common/convert.cuh"
 #include "gnnio/common/cuda_check.h"
 #include "gnnio/spmm/params.h"
 #include "gnnio/spmm/policy.h"
@@ -110,22 +111,12 @@ void SpmmCudaPlan::run(const SpmmParams& p, void* handle, void* workspace, void*
 
 namespace {
 
-// Explicit conversions: torch builds with __CUDA_NO_HALF_CONVERSIONS__.
-__device__ inline float to_acc(float v) { return v; }
-__device__ inline double to_acc(double v) { return v; }
-__device__ inline float to_acc(__half v) { return __half2float(v); }
-__device__ inline float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ inline T from_acc(float v);
-template <> __device__ inline float from_acc<float>(float v) { return v; }
-template <> __device__ inline __half from_acc<__half>(float v) { return __float2half(v); }
-template <> __device__ inline __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-
 template <typename scalar_t, typename index_t>
 __global__ void sddmm_kernel(const index_t* __restrict__ rowptr, const index_t* __restrict__ col,
                              const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
                              scalar_t* __restrict__ out, int64_t num_rows, int64_t nnz,
                              int64_t width, int64_t a_stride, int64_t b_stride) {
-  using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+  using acc_t = acc_type_t<scalar_t>;
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t k = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; k < nnz; k += warps) {
@@ -139,10 +130,7 @@ __global__ void sddmm_kernel(const index_t* __restrict__ rowptr, const index_t* 
     acc_t acc = 0;
     for (int64_t f = lane; f < width; f += 32) acc += to_acc(ar[f]) * to_acc(br[f]);
     for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset);
-    if (lane == 0) {
-      if constexpr (std::is_same_v<scalar_t, double>) out[k] = acc;
-      else out[k] = from_acc<scalar_t>(acc);
-    }
+    if (lane == 0) out[k] = from_acc<scalar_t>(acc);
   }
 }
 
@@ -174,7 +162,7 @@ __global__ void spmm_row_warp_kernel(const index_t* __restrict__ rowptr,
                                      const scalar_t* __restrict__ x, scalar_t* __restrict__ out,
                                      int64_t num_rows, int64_t width, int64_t x_stride,
                                      int64_t out_stride) {
-  using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+  using acc_t = acc_type_t<scalar_t>;
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; r < num_rows; r += warps) {
@@ -184,18 +172,14 @@ __global__ void spmm_row_warp_kernel(const index_t* __restrict__ rowptr,
       for (int64_t k = begin + lane; k < end; k += 32)
         acc += to_acc(value[k]) * to_acc(x[int64_t(col[k]) * x_stride]);
       for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-      if (lane == 0) {
-        if constexpr (std::is_same_v<scalar_t, double>) out[r * out_stride] = acc;
-        else out[r * out_stride] = from_acc<scalar_t>(acc);
-      }
+      if (lane == 0) out[r * out_stride] = from_acc<scalar_t>(acc);
       continue;
     }
     for (int64_t f = lane; f < width; f += 32) {
       acc_t acc = 0;
       for (int64_t k = begin; k < end; ++k)
         acc += to_acc(value[k]) * to_acc(x[int64_t(col[k]) * x_stride + f]);
-      if constexpr (std::is_same_v<scalar_t, double>) out[r * out_stride + f] = acc;
-      else out[r * out_stride + f] = from_acc<scalar_t>(acc);
+      out[r * out_stride + f] = from_acc<scalar_t>(acc);
     }
   }
 }

@@ -1,0 +1,29 @@
+// Element conversions for CUDA kernels that accumulate half types in float32 (and float64 in
+// float64). Explicit intrinsics: torch builds with __CUDA_NO_HALF_CONVERSIONS__.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+namespace gnnio {
+
+// The accumulator type of an element type.
+template <typename T>
+using acc_type_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+__device__ inline float to_acc(float v) { return v; }
+__device__ inline double to_acc(double v) { return v; }
+__device__ inline float to_acc(__half v) { return __half2float(v); }
+__device__ inline float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T, typename A>
+__device__ inline T from_acc(A v) {
+  if constexpr (std::is_same_v<T, double>) return static_cast<double>(v);
+  else if constexpr (std::is_same_v<T, float>) return static_cast<float>(v);
+  else if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(v));
+  else return __float2bfloat16(static_cast<float>(v));
+}
+
+}  // namespace gnnio
