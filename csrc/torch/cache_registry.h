@@ -9,4 +9,7 @@ namespace gnnio::binding {
 
 void register_cache_release_hook(std::function<void(int64_t)> hook);
 
+// True between register_cache(key) and release_cache(key).
+bool cache_is_live(int64_t cache_key);
+
 }  // namespace gnnio::binding

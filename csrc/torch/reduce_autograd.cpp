@@ -2,6 +2,7 @@
 // (row, feature), gathered over the cached transpose (segment_reduce_backward, no atomics).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 namespace gnnio::binding {
@@ -84,6 +85,9 @@ std::tuple<at::Tensor, at::Tensor> segment_reduce_autograd(
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(gnnio, Autograd, m) { m.impl("segment_reduce", &segment_reduce_autograd); }
+TORCH_LIBRARY_IMPL(gnnio, Autograd, m) {
+  m.impl("segment_reduce", &segment_reduce_autograd);
+  m.impl("segment_reduce_backward", torch::autograd::autogradNotImplementedFallback());
+}
 
 }  // namespace gnnio::binding

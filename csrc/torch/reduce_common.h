@@ -24,6 +24,7 @@ inline SegmentReduceParams segment_reduce_params(const at::Tensor& rowptr, const
                                                 " rows but the graph has ", num_cols, " source nodes"));
   TORCH_CHECK_VALUE(x.stride(1) == 1 || x.size(1) <= 1, "segment_reduce: x must have unit feature stride");
   check_same_device(rowptr, "rowptr", x, "x");
+  check_same_device(col, "col", x, "x");
   SegmentReduceParams p;
   p.rowptr = rowptr.data_ptr();
   p.col = col.data_ptr();
@@ -37,7 +38,7 @@ inline SegmentReduceParams segment_reduce_params(const at::Tensor& rowptr, const
   p.num_cols = num_cols;
   p.nnz = col.numel();
   p.width = x.size(1);
-  p.x_row_stride = x.size(1) <= 1 ? x.size(1) : x.stride(0);
+  p.x_row_stride = x.stride(0);  // also for width 1: a column slice keeps its row stride
   return p;
 }
 
@@ -45,8 +46,11 @@ inline SegmentReduceBackwardParams segment_reduce_backward_params(
     const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
     const at::Tensor& arg, const at::Tensor& grad_out, int64_t num_src, const at::Tensor& grad_x) {
   check_csr(rowptr_t, col_t, num_src, "segment_reduce backward");
-  TORCH_CHECK_VALUE(t2c.numel() == col_t.numel() && t2c.scalar_type() == col_t.scalar_type(),
-                    "segment_reduce backward: t2c must match col_t");
+  TORCH_CHECK_VALUE(t2c.numel() == col_t.numel() && t2c.scalar_type() == col_t.scalar_type() &&
+                        t2c.is_contiguous(),
+                    "segment_reduce backward: t2c must be a contiguous tensor like col_t");
+  for (const at::Tensor* t : {&col_t, &t2c, &arg}) check_same_device(*t, "index", grad_out, "grad_out");
+  check_same_device(rowptr_t, "rowptr_t", grad_out, "grad_out");
   TORCH_CHECK_VALUE(arg.sizes() == grad_out.sizes() && arg.scalar_type() == col_t.scalar_type(),
                     "segment_reduce backward: arg must be [num_dst, width] of the index dtype");
   TORCH_CHECK_VALUE(grad_out.is_contiguous() && arg.is_contiguous(),

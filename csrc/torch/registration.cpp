@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 #include "cache_registry.h"
@@ -21,12 +22,28 @@ std::vector<std::function<void(int64_t)>>& hooks() {
   return h;
 }
 
+std::unordered_set<int64_t>& live_keys() {
+  static std::unordered_set<int64_t> keys;
+  return keys;
+}
+
+void register_cache(int64_t cache_key) {
+  std::lock_guard<std::mutex> lock(hooks_mutex());
+  live_keys().insert(cache_key);
+}
+
 void release_cache(int64_t cache_key) {
   std::lock_guard<std::mutex> lock(hooks_mutex());
+  live_keys().erase(cache_key);
   for (auto& hook : hooks()) hook(cache_key);
 }
 
 }  // namespace
+
+bool cache_is_live(int64_t cache_key) {
+  std::lock_guard<std::mutex> lock(hooks_mutex());
+  return live_keys().count(cache_key) > 0;
+}
 
 void register_cache_release_hook(std::function<void(int64_t)> hook) {
   std::lock_guard<std::mutex> lock(hooks_mutex());
@@ -35,6 +52,9 @@ void register_cache_release_hook(std::function<void(int64_t)> hook) {
 
 }  // namespace gnnio::binding
 
+// The raw ops check shapes, dtypes, devices and contiguity, and trust the structure they are
+// given (monotone rowptr ending at col.numel(), ids in range): a CSR built by gnnio.Graph, whose
+// constructor validates the user's edge_index. gnnio.ops is the checked entry point.
 TORCH_LIBRARY(gnnio, m) {
   // CSR over num_rows rows from a COO list (stable: each row keeps its edges' input order).
   m.def("csr_from_coo(Tensor row, Tensor col, int num_rows, int num_cols) -> "
@@ -60,7 +80,10 @@ TORCH_LIBRARY(gnnio, m) {
   // Parses the bytes of a Matrix Market file (uint8 tensor).
   m.def("parse_mtx(Tensor text) -> (Tensor row, Tensor col, Tensor value, int num_rows, "
         "int num_cols, bool symmetric)");
-  // Drops every cached plan of a Graph (called when the Graph is garbage-collected).
+  // A Graph registers its cache keys when it is built and releases them when it is
+  // garbage-collected; plans are cached only for live keys (a backward pass that outlives its
+  // Graph runs uncached instead of leaking a plan under a released key).
+  m.def("register_cache(int cache_key) -> ()", &gnnio::binding::register_cache);
   m.def("release_cache(int cache_key) -> ()", &gnnio::binding::release_cache);
 }
 

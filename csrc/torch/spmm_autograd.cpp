@@ -3,6 +3,7 @@
 // SDDMM(dout, x) on A's own pattern. Both gathers are deterministic (no atomics).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 namespace gnnio::binding {
@@ -99,6 +100,10 @@ at::Tensor spmm_autograd(const at::Tensor& rowptr, const at::Tensor& col,
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(gnnio, Autograd, m) { m.impl("spmm", &spmm_autograd); }
+TORCH_LIBRARY_IMPL(gnnio, Autograd, m) {
+  m.impl("spmm", &spmm_autograd);
+  // SDDMM is only ever a gradient; differentiating it again raises instead of going silent.
+  m.impl("sddmm", torch::autograd::autogradNotImplementedFallback());
+}
 
 }  // namespace gnnio::binding

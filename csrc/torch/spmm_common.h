@@ -54,7 +54,7 @@ inline SpmmParams spmm_params(const at::Tensor& rowptr, const at::Tensor& col,
   p.num_cols = num_cols;
   p.nnz = col.numel();
   p.width = x.size(1);
-  p.x_row_stride = x.size(1) <= 1 ? x.size(1) : x.stride(0);
+  p.x_row_stride = x.stride(0);  // also for width 1: a column slice keeps its row stride
   p.out_row_stride = out.size(1);
   return p;
 }
@@ -69,6 +69,7 @@ inline SddmmParams sddmm_params(const at::Tensor& rowptr, const at::Tensor& col,
   TORCH_CHECK_VALUE(a.is_contiguous() && b.is_contiguous(), "sddmm: a and b must be contiguous");
   check_same_device(a, "a", b, "b");
   check_same_device(rowptr, "rowptr", a, "a");
+  check_same_device(col, "col", a, "a");
   SddmmParams p;
   p.rowptr = rowptr.data_ptr();
   p.col = col.data_ptr();

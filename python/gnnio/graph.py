@@ -12,6 +12,7 @@ A Graph owns, for one edge_index:
 Caches follow torch_sparse's SparseStorage: computed when first needed, reused afterwards, never
 keyed on raw pointers of someone else's tensors.
 """
+import contextlib
 import itertools
 import weakref
 from typing import NamedTuple, Optional, Tuple
@@ -86,20 +87,23 @@ class Graph:
         self.device = edge_index.device
         fits32 = max(num_src, num_dst, self.num_edges) <= _INT32_MAX
         self.index_dtype = torch.int32 if fits32 else torch.int64
-        ei = edge_index.to(self.index_dtype)
-        self._src, self._dst = ei[0].contiguous(), ei[1].contiguous()
-
-        # Checked here, on the host, so a bad id raises IndexError before any kernel runs.
-        _check_ids(self._src, num_src, "edge_index[0] (source)")
-        _check_ids(self._dst, num_dst, "edge_index[1] (destination)")
-        csc = _pyg_csc(original, self.index_dtype, num_dst) if _is_pyg_edge_index(original) else None
-        if csc is not None:  # reuse the EdgeIndex's own sort
-            self.csr_by_dst = csc
-        else:
-            self.csr_by_dst = self._build(self._dst, self._src, num_dst, num_src)
-        self._csr_by_src: Optional[CSR] = None
+        # Checked here, on the host and before narrowing to int32, so a bad id raises
+        # IndexError before any kernel runs.
+        _check_ids(edge_index[0], num_src, "edge_index[0] (source)")
+        _check_ids(edge_index[1], num_dst, "edge_index[1] (destination)")
         self._values = {}
+        with _normal_tensors():
+            ei = edge_index.to(self.index_dtype)
+            self._src, self._dst = ei[0].contiguous(), ei[1].contiguous()
+            csc = _pyg_csc(original, self.index_dtype, num_dst) if _is_pyg_edge_index(original) else None
+            if csc is not None:  # reuse the EdgeIndex's own sort
+                self.csr_by_dst = csc
+            else:
+                self.csr_by_dst = self._build(self._dst, self._src, num_dst, num_src)
+        self._csr_by_src: Optional[CSR] = None
         self.cache_key = next(_cache_keys) * 2  # csr_by_dst's plans; +1 for csr_by_src's
+        ops.register_cache(self.cache_key)
+        ops.register_cache(self.cache_key + 1)
         weakref.finalize(self, _release, self.cache_key)
 
     # -- formats ------------------------------------------------------------------------------
@@ -110,7 +114,8 @@ class Graph:
     def csr_by_src(self) -> CSR:
         """The transpose (rows = sources), built the first time it is asked for."""
         if self._csr_by_src is None:
-            self._csr_by_src = self._build(self._src, self._dst, self.num_src, self.num_dst)
+            with _normal_tensors():
+                self._csr_by_src = self._build(self._src, self._dst, self.num_src, self.num_dst)
         return self._csr_by_src
 
     @property
@@ -167,7 +172,8 @@ class Graph:
     # -- SpMM operands ------------------------------------------------------------------------
     def _cached(self, key, fn):
         if key not in self._values:
-            self._values[key] = fn()
+            with _normal_tensors():
+                self._values[key] = fn()
         return self._values[key]
 
     def _inv_in_degree(self, dtype):
@@ -278,6 +284,14 @@ class Graph:
         kind = f"num_src={self.num_src}, num_dst={self.num_dst}" if self.is_bipartite \
             else f"num_nodes={self.num_dst}"
         return f"Graph({kind}, num_edges={self.num_edges}, device={self.device})"
+
+
+def _normal_tensors():
+    """Caches filled inside torch.inference_mode must still be usable by training later: build
+    them as normal tensors."""
+    if torch.is_inference_mode_enabled():
+        return torch.inference_mode(False)
+    return contextlib.nullcontext()
 
 
 def _check_ids(ids, bound, what):

@@ -24,6 +24,7 @@ __device__ inline bool better(acc_t v, acc_t best, ReduceOp op) {
 // for max and to the bottom for min, so it wins either way, as in the CPU kernel.
 __device__ inline uint32_t ordered(float v, ReduceOp op) {
   if (isnan(v)) return op == ReduceOp::kMax ? 0xFFFFFFFFu : 0u;
+  if (v == 0.0f) v = 0.0f;  // -0 and +0 compare equal everywhere else: same image, slot decides
   const uint32_t b = __float_as_uint(v);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }

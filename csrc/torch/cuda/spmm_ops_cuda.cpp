@@ -22,6 +22,7 @@ namespace {
 struct CachedPlan {
   int64_t cache_key;
   int device;
+  void* stream;  // the workspace is used on this stream only
   std::unique_ptr<SpmmCudaPlan> plan;
   at::Tensor workspace;
 };
@@ -64,7 +65,7 @@ void run_spmm(const SpmmParams& p, int64_t cache_key, int device) {
     spmm_cuda_row_warp(p, stream);
     return;
   }
-  if (cache_key < 0) {
+  if (cache_key < 0 || !cache_is_live(cache_key)) {
     SpmmCudaPlan plan(p, policy, handle);
     auto ws = at::empty({static_cast<int64_t>(plan.workspace_bytes())},
                         at::TensorOptions().device(at::kCUDA, device).dtype(at::kByte));
@@ -75,7 +76,9 @@ void run_spmm(const SpmmParams& p, int64_t cache_key, int device) {
   auto& entries = cache();
   auto it = entries.begin();
   for (; it != entries.end(); ++it)
-    if (it->cache_key == cache_key && it->device == device && it->plan->matches(p)) break;
+    if (it->cache_key == cache_key && it->device == device && it->stream == stream &&
+        it->plan->matches(p))
+      break;
   if (it == entries.end()) {
     size_t same_key = 0;
     for (auto& e : entries) same_key += e.cache_key == cache_key;
@@ -89,7 +92,7 @@ void run_spmm(const SpmmParams& p, int64_t cache_key, int device) {
     auto plan = std::make_unique<SpmmCudaPlan>(p, policy, handle);
     auto ws = at::empty({static_cast<int64_t>(plan->workspace_bytes())},
                         at::TensorOptions().device(at::kCUDA, device).dtype(at::kByte));
-    entries.push_front(CachedPlan{cache_key, device, std::move(plan), ws});
+    entries.push_front(CachedPlan{cache_key, device, stream, std::move(plan), ws});
     it = entries.begin();
   } else if (it != entries.begin()) {
     entries.splice(entries.begin(), entries, it);  // most recently used first

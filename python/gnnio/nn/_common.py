@@ -36,6 +36,12 @@ def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     raise TypeError(f"x must be a Tensor or a pair (x_src, x_dst), got {type(x).__name__}")
 
 
+def version_of(t: torch.Tensor):
+    """The in-place version counter; inference tensors have none (they cannot be modified
+    outside inference mode, and are treated as unchanged)."""
+    return None if t.is_inference() else t._version
+
+
 class GraphCache:
     """Per-layer cache of the Graph built from a plain edge_index Tensor.
 
@@ -63,8 +69,8 @@ class GraphCache:
             raise NotImplementedError("sparse adjacency matrices are not supported yet; pass an "
                                       "edge_index [2, E] or a gnnio.Graph")
         num_dst = num_src if num_dst is None else num_dst
-        key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), num_src, num_dst,
-               edge_index.device)
+        key = (edge_index.data_ptr(), version_of(edge_index), tuple(edge_index.shape), num_src,
+               num_dst, edge_index.device)
         if self._key is not None and self._key[0]() is edge_index and self._key[1] == key:
             return self._graph
         graph = Graph(edge_index, size=(num_src, num_dst))

@@ -11,6 +11,7 @@ back (PyG passes a view of the same edge_index every step).
 import torch
 
 from gnnio.graph import Graph
+from gnnio.nn._common import version_of
 from gnnio.ops import segment_reduce
 
 try:
@@ -31,7 +32,7 @@ class _SegmentAggregation(_Base):
         self._index = None  # held so its memory cannot be reused while the key refers to it
 
     def _graph_for(self, index: torch.Tensor, dim_size: int) -> Graph:
-        key = (index.data_ptr(), tuple(index.shape), tuple(index.stride()), index._version,
+        key = (index.data_ptr(), tuple(index.shape), tuple(index.stride()), version_of(index),
                dim_size, index.device)
         if self._key != key:
             messages = torch.arange(index.numel(), device=index.device)
