@@ -31,12 +31,15 @@ def _extension():
         "csrc/gnnio/graph/mtx.cpp",
         "csrc/gnnio/spmm/cpu.cpp",
         "csrc/gnnio/reduce/cpu.cpp",
+        "csrc/gnnio/attention/cpu.cpp",
         "csrc/torch/registration.cpp",
         "csrc/torch/graph_ops.cpp",
         "csrc/torch/spmm_ops.cpp",
         "csrc/torch/spmm_autograd.cpp",
         "csrc/torch/reduce_ops.cpp",
         "csrc/torch/reduce_autograd.cpp",
+        "csrc/torch/attention_ops.cpp",
+        "csrc/torch/attention_autograd.cpp",
     ]
     cxx = ["-O3", "-std=c++17", "-fopenmp"]
     include_dirs = [os.path.join(ROOT, "csrc")]

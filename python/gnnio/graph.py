@@ -224,22 +224,28 @@ class Graph:
         appended (in node order). Returns (graph, kept, loop_edge): ``kept`` are the input ids of
         the non-loop edges (in order); ``loop_edge[v]`` is the input id of v's existing loop
         (the last one, as PyG's scatter keeps) or -1."""
+        if self.is_bipartite:
+            raise ValueError("self loops need a graph with num_src == num_dst")
+        return self.with_self_loops(self.num_dst)
+
+    def with_self_loops(self, num_loops: int) -> Tuple["Graph", torch.Tensor, torch.Tensor]:
+        """Existing loops removed, loops 0 -> 0 ... (num_loops-1) -> (num_loops-1) appended (PyG's
+        remove_self_loops + add_self_loops; for a bipartite graph GATConv uses
+        num_loops = min(num_src, num_dst)). Same return values as with_remaining_self_loops."""
         def compute():
-            if self.is_bipartite:
-                raise ValueError("self loops need a graph with num_src == num_dst")
-            n = self.num_dst
             src, dst = self._src.long(), self._dst.long()
             is_loop = src == dst
             kept = (~is_loop).nonzero().view(-1)
-            loops = torch.arange(n, device=self.device)
+            loops = torch.arange(num_loops, device=self.device)
             ei = torch.cat([torch.stack([src[kept], dst[kept]]), torch.stack([loops, loops])], 1)
-            loop_edge = torch.full((n,), -1, dtype=torch.long, device=self.device)
+            loop_edge = torch.full((num_loops,), -1, dtype=torch.long, device=self.device)
             loop_ids = is_loop.nonzero().view(-1)
+            in_range = src[loop_ids] < num_loops
             # Later loops overwrite earlier ones: scatter_reduce('amax') on edge ids is that,
             # deterministically.
-            loop_edge.scatter_reduce_(0, src[loop_ids], loop_ids, reduce="amax")
-            return Graph(ei, num_nodes=n), kept, loop_edge
-        return self._cached("self_loops", compute)
+            loop_edge.scatter_reduce_(0, src[loop_ids][in_range], loop_ids[in_range], reduce="amax")
+            return Graph(ei, size=(self.num_src, self.num_dst)), kept, loop_edge
+        return self._cached(("self_loops", num_loops), compute)
 
     def gcn_values(self, dtype: torch.dtype, edge_weight: Optional[torch.Tensor] = None,
                    improved: bool = False, add_self_loops: bool = True, normalize: bool = True):

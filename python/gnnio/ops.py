@@ -7,7 +7,7 @@ from gnnio._ops import ops as _ops
 from gnnio.graph import Graph
 from gnnio.plan import plan_reduce
 
-__all__ = ["spmm", "segment_reduce", "check_features"]
+__all__ = ["spmm", "segment_reduce", "gat_attention", "check_features"]
 
 
 def check_features(x, num_rows: int, graph: Graph, name: str = "x") -> torch.Tensor:
@@ -101,3 +101,29 @@ def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
     out, arg = _ops.segment_reduce(fwd.rowptr, fwd.col, x, graph.num_dst, graph.num_src, reduce,
                                    rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree)
     return (out, arg) if return_arg else out
+
+
+def gat_attention(graph: Graph, alpha_src: torch.Tensor, alpha_dst: Optional[torch.Tensor],
+                  h_src: torch.Tensor, negative_slope: float = 0.2):
+    r"""Fused GAT attention: for each destination i and head h,
+    :math:`\mathbf{out}_{i,h} = \sum_{j \to i} \mathrm{softmax}_j(\mathrm{LeakyReLU}(
+    \alpha^{src}_{j,h} + \alpha^{dst}_{i,h}))\, \mathbf{h}_{j,h}` in one pass with an online
+    softmax. Returns ``(out [num_dst, H, C], lse [num_dst, H])``; only these are stored for the
+    backward pass, which recomputes the attention weights. ``alpha_dst`` may be None
+    (bipartite input without destination features). CPU for now."""
+    if not isinstance(h_src, torch.Tensor) or h_src.dim() != 3:
+        raise ValueError("h_src must be a [num_src, heads, channels] Tensor")
+    if h_src.size(0) != graph.num_src:
+        raise ValueError(f"h_src has {h_src.size(0)} rows but the graph has {graph.num_src} sources")
+    if h_src.is_cuda and not torch._C._dispatch_has_kernel_for_dispatch_key("gnnio::gat", "CUDA"):
+        raise NotImplementedError("gnnio's fused attention has no CUDA kernel yet")
+    fwd = graph.csr_by_dst
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (alpha_src, alpha_dst, h_src))
+    if needs_grad:
+        rowptr_t, col_t = graph.csr_by_src.rowptr, graph.csr_by_src.col
+    else:
+        rowptr_t = col_t = fwd.rowptr.new_empty(0)
+    return _ops.gat(fwd.rowptr, fwd.col, alpha_src.contiguous(),
+                    None if alpha_dst is None else alpha_dst.contiguous(), h_src.contiguous(),
+                    graph.num_dst, float(negative_slope), rowptr_t, col_t)

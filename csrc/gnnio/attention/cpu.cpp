@@ -1,0 +1,163 @@
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gnnio/attention/params.h"
+
+namespace gnnio {
+namespace {
+
+constexpr double kSoftmaxEps = 1e-16;  // PyG's softmax denominator guard
+
+bool worth_threads(int64_t work) { return work > (int64_t(1) << 16); }
+
+template <typename T>
+inline T leaky(T v, T slope) { return v > T(0) ? v : v * slope; }
+
+template <typename T>
+struct Inputs {
+  const T* alpha_src;
+  const T* alpha_dst;
+  const T* h;
+  int64_t H, C;
+  T slope;
+  T raw(int64_t i, int64_t j, int64_t hd) const {
+    return alpha_src[j * H + hd] + (alpha_dst ? alpha_dst[i * H + hd] : T(0));
+  }
+  const T* row(int64_t j, int64_t hd) const { return h + (j * H + hd) * C; }
+};
+
+template <typename T>
+Inputs<T> inputs(const GatParams& p) {
+  return {static_cast<const T*>(p.alpha_src), static_cast<const T*>(p.alpha_dst),
+          static_cast<const T*>(p.h_src), p.heads, p.channels, static_cast<T>(p.negative_slope)};
+}
+
+template <typename T, typename index_t>
+void forward(const GatParams& p) {
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  const auto* col = static_cast<const index_t*>(p.col);
+  const Inputs<T> in = inputs<T>(p);
+  auto* out = static_cast<T*>(p.out);
+  auto* lse = static_cast<T*>(p.lse);
+  const int64_t H = p.heads, C = p.channels;
+  const int64_t nnz = p.num_dst > 0 ? int64_t(rowptr[p.num_dst]) : 0;
+
+#pragma omp parallel for schedule(dynamic, 16) if (worth_threads(nnz * H * C))
+  for (int64_t i = 0; i < p.num_dst; ++i) {
+    std::vector<T> acc(C);
+    for (int64_t hd = 0; hd < H; ++hd) {
+      T m = -std::numeric_limits<T>::infinity(), s = 0;
+      std::fill(acc.begin(), acc.end(), T(0));
+      for (int64_t k = rowptr[i]; k < rowptr[i + 1]; ++k) {
+        const int64_t j = col[k];
+        const T e = leaky(in.raw(i, j, hd), in.slope);
+        if (e > m) {  // new running max: rescale what was summed so far
+          const T scale = std::exp(m - e);
+          s *= scale;
+          for (auto& a : acc) a *= scale;
+          m = e;
+        }
+        const T w = std::exp(e - m);
+        s += w;
+        const T* hj = in.row(j, hd);
+        for (int64_t c = 0; c < C; ++c) acc[c] += w * hj[c];
+      }
+      T* o = out + (i * H + hd) * C;
+      const T denom = s + T(kSoftmaxEps);
+      for (int64_t c = 0; c < C; ++c) o[c] = acc[c] / denom;
+      lse[i * H + hd] = rowptr[i] == rowptr[i + 1] ? T(0) : m + std::log(denom);
+    }
+  }
+}
+
+template <typename T, typename index_t>
+void backward(const GatBackwardParams& b) {
+  const GatParams& p = b.fwd;
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  const auto* col = static_cast<const index_t*>(p.col);
+  const auto* rowptr_t = static_cast<const index_t*>(b.rowptr_t);
+  const auto* col_t = static_cast<const index_t*>(b.col_t);
+  const Inputs<T> in = inputs<T>(p);
+  const auto* out = static_cast<const T*>(p.out);
+  const auto* lse = static_cast<const T*>(p.lse);
+  const auto* g = static_cast<const T*>(b.grad_out);
+  auto* delta = static_cast<T*>(b.delta);
+  auto* d_h = static_cast<T*>(b.grad_h_src);
+  auto* d_as = static_cast<T*>(b.grad_alpha_src);
+  auto* d_ad = static_cast<T*>(b.grad_alpha_dst);
+  const int64_t H = p.heads, C = p.channels;
+  const int64_t nnz = p.num_dst > 0 ? int64_t(rowptr[p.num_dst]) : 0;
+  const bool threads = worth_threads(nnz * H * C);
+
+  auto dot = [C](const T* a, const T* c) {
+    T s = 0;
+    for (int64_t k = 0; k < C; ++k) s += a[k] * c[k];
+    return s;
+  };
+  // d e_ij (through the softmax and the LeakyReLU) and p_ij, recomputed from lse.
+  auto edge_grads = [&](int64_t i, int64_t j, int64_t hd, T& prob) {
+    const T raw = in.raw(i, j, hd);
+    prob = std::exp(leaky(raw, in.slope) - lse[i * H + hd]);
+    const T dp = dot(g + (i * H + hd) * C, in.row(j, hd));
+    return prob * (dp - delta[i * H + hd]) * (raw > T(0) ? T(1) : in.slope);
+  };
+
+  // Pass A, per destination: D_i, then d alpha_dst.
+#pragma omp parallel for schedule(dynamic, 16) if (threads)
+  for (int64_t i = 0; i < p.num_dst; ++i)
+    for (int64_t hd = 0; hd < H; ++hd) {
+      delta[i * H + hd] = dot(g + (i * H + hd) * C, out + (i * H + hd) * C);
+      if (!d_ad) continue;
+      T acc = 0, prob = 0;
+      for (int64_t k = rowptr[i]; k < rowptr[i + 1]; ++k) acc += edge_grads(i, col[k], hd, prob);
+      d_ad[i * H + hd] = acc;
+    }
+
+  // Pass B, per source: d h_src and d alpha_src.
+#pragma omp parallel for schedule(dynamic, 16) if (threads)
+  for (int64_t j = 0; j < p.num_src; ++j)
+    for (int64_t hd = 0; hd < H; ++hd) {
+      T* dh = d_h + (j * H + hd) * C;
+      std::fill(dh, dh + C, T(0));
+      T acc = 0, prob = 0;
+      for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
+        const int64_t i = col_t[k];
+        acc += edge_grads(i, j, hd, prob);
+        const T* gi = g + (i * H + hd) * C;
+        for (int64_t c = 0; c < C; ++c) dh[c] += prob * gi[c];
+      }
+      d_as[j * H + hd] = acc;
+    }
+}
+
+template <typename Params, typename F32, typename F64>
+void by_dtype(const Params& scalar, const char* name, F32&& f32, F64&& f64) {
+  switch (scalar) {
+    case ScalarType::kFloat32: return f32();
+    case ScalarType::kFloat64: return f64();
+    default:
+      detail::fail(ErrorKind::kInvalidArgument, name, " on CPU supports float32 and float64, got ",
+                   to_string(scalar));
+  }
+}
+
+}  // namespace
+
+void gat_forward_cpu(const GatParams& p) {
+  dispatch_index(p.index_type, [&](auto index) {
+    using index_t = decltype(index);
+    by_dtype(p.scalar_type, "gat", [&] { forward<float, index_t>(p); },
+             [&] { forward<double, index_t>(p); });
+  });
+}
+
+void gat_backward_cpu(const GatBackwardParams& b) {
+  dispatch_index(b.fwd.index_type, [&](auto index) {
+    using index_t = decltype(index);
+    by_dtype(b.fwd.scalar_type, "gat backward", [&] { backward<float, index_t>(b); },
+             [&] { backward<double, index_t>(b); });
+  });
+}
+
+}  // namespace gnnio
