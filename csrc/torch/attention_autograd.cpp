@@ -1,4 +1,4 @@
-// Autograd of gnnio::gat: the forward saves only out and lse (O(N x H x C) and O(N x H));
+// Autograd of gnnio::gat: the forward saves only out and the softmax stats (O(N x H x C), O(N x H));
 // gat_backward recomputes the attention weights from them.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
@@ -32,13 +32,13 @@ class GatFunction : public torch::autograd::Function<GatFunction> {
                                const at::Tensor& rowptr_t, const at::Tensor& col_t) {
     at::AutoDispatchBelowADInplaceOrView guard;
     static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("gnnio::gat", "").typed<GatSig>();
-    auto [out, lse] = op.call(rowptr, col, alpha_src, alpha_dst, h_src, num_dst, negative_slope,
+    auto [out, stats] = op.call(rowptr, col, alpha_src, alpha_dst, h_src, num_dst, negative_slope,
                               rowptr_t, col_t);
-    ctx->mark_non_differentiable({lse});
+    ctx->mark_non_differentiable({stats});
     ctx->save_for_backward({rowptr, col, alpha_src, alpha_dst.has_value() ? *alpha_dst : at::Tensor(),
-                            h_src, out, lse, rowptr_t, col_t});
+                            h_src, out, stats, rowptr_t, col_t});
     ctx->saved_data["negative_slope"] = negative_slope;
-    return {out, lse};
+    return {out, stats};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {

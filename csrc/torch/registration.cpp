@@ -78,12 +78,12 @@ TORCH_LIBRARY(gnnio, m) {
   m.def("segment_reduce_backward(Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor arg, "
         "Tensor grad_out, int num_src) -> Tensor");
   // Fused GAT attention over csr_by_dst (online softmax; see gnnio/attention/params.h):
-  // out [num_dst, heads, channels] and lse [num_dst, heads]. (rowptr_t, col_t) is the transpose,
-  // read only by the backward pass.
+  // out [num_dst, heads, channels] and stats [num_dst, heads, 2] = (max, sum) of each softmax.
+  // (rowptr_t, col_t) is the transpose, read only by the backward pass.
   m.def("gat(Tensor rowptr, Tensor col, Tensor alpha_src, Tensor? alpha_dst, Tensor h_src, "
-        "int num_dst, float negative_slope, Tensor rowptr_t, Tensor col_t) -> (Tensor out, Tensor lse)");
+        "int num_dst, float negative_slope, Tensor rowptr_t, Tensor col_t) -> (Tensor out, Tensor stats)");
   m.def("gat_backward(Tensor rowptr, Tensor col, Tensor alpha_src, Tensor? alpha_dst, Tensor h_src, "
-        "Tensor out, Tensor lse, Tensor rowptr_t, Tensor col_t, Tensor grad_out, float negative_slope) "
+        "Tensor out, Tensor stats, Tensor rowptr_t, Tensor col_t, Tensor grad_out, float negative_slope) "
         "-> (Tensor grad_h_src, Tensor grad_alpha_src, Tensor grad_alpha_dst)");
   // Parses the bytes of a Matrix Market file (uint8 tensor).
   m.def("parse_mtx(Tensor text) -> (Tensor row, Tensor col, Tensor value, int num_rows, "

@@ -58,11 +58,12 @@ def _segment_reduce_backward_fake(rowptr_t, col_t, t2c, arg, grad_out, num_src):
 
 @torch.library.register_fake("gnnio::gat")
 def _gat_fake(rowptr, col, alpha_src, alpha_dst, h_src, num_dst, negative_slope, rowptr_t, col_t):
-    return h_src.new_empty(num_dst, h_src.size(1), h_src.size(2)), h_src.new_empty(num_dst, h_src.size(1))
+    return (h_src.new_empty(num_dst, h_src.size(1), h_src.size(2)),
+            h_src.new_empty(num_dst, h_src.size(1), 2))
 
 
 @torch.library.register_fake("gnnio::gat_backward")
-def _gat_backward_fake(rowptr, col, alpha_src, alpha_dst, h_src, out, lse, rowptr_t, col_t,
+def _gat_backward_fake(rowptr, col, alpha_src, alpha_dst, h_src, out, stats, rowptr_t, col_t,
                        grad_out, negative_slope):
     grad_ad = torch.empty_like(alpha_dst) if alpha_dst is not None else h_src.new_empty(0)
     return torch.empty_like(h_src), torch.empty_like(alpha_src), grad_ad

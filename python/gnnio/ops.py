@@ -108,8 +108,9 @@ def gat_attention(graph: Graph, alpha_src: torch.Tensor, alpha_dst: Optional[tor
     r"""Fused GAT attention: for each destination i and head h,
     :math:`\mathbf{out}_{i,h} = \sum_{j \to i} \mathrm{softmax}_j(\mathrm{LeakyReLU}(
     \alpha^{src}_{j,h} + \alpha^{dst}_{i,h}))\, \mathbf{h}_{j,h}` in one pass with an online
-    softmax. Returns ``(out [num_dst, H, C], lse [num_dst, H])``; only these are stored for the
-    backward pass, which recomputes the attention weights. ``alpha_dst`` may be None
+    softmax. Returns ``(out [num_dst, H, C], stats [num_dst, H, 2])`` with stats the (max, sum)
+    of each softmax; only these are stored for the backward pass, which recomputes the attention
+    weights. ``alpha_dst`` may be None
     (bipartite input without destination features). CPU for now."""
     if not isinstance(h_src, torch.Tensor) or h_src.dim() != 3:
         raise ValueError("h_src must be a [num_src, heads, channels] Tensor")

@@ -31,7 +31,7 @@ class GATConv(torch.nn.Module):
 
     The softmax and the aggregation are one fused pass per destination and head (online
     softmax); no E x H scores or E x H x C messages are stored, only a per-(node, head)
-    log-sum-exp for the backward pass. ``return_attention_weights`` is the one case that
+    (max, sum) of the softmax for the backward pass. ``return_attention_weights`` is the one case that
     materialises the E x H weights.
 
     Args: as PyG's GATConv: in_channels (int or (int, int)), out_channels, heads=1, concat=True,
@@ -112,7 +112,7 @@ class GATConv(torch.nn.Module):
         if self.add_self_loops:
             loops = min(size) if size is not None else min(num_src, num_dst)
             graph = graph.with_self_loops(loops)[0]
-        out, lse = gat_attention(graph, alpha_src, alpha_dst, h_src, self.negative_slope)
+        out, stats = gat_attention(graph, alpha_src, alpha_dst, h_src, self.negative_slope)
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
@@ -121,7 +121,8 @@ class GATConv(torch.nn.Module):
         if return_attention_weights:
             ei = graph.edge_index.long()
             score = alpha_src[ei[0]] + (alpha_dst[ei[1]] if alpha_dst is not None else 0)
-            alpha = torch.exp(F.leaky_relu(score, self.negative_slope) - lse[ei[1]])
+            st = stats[ei[1]]
+            alpha = torch.exp(F.leaky_relu(score, self.negative_slope) - st[..., 0]) / st[..., 1]
             return out, (ei, alpha)
         return out
 
