@@ -23,12 +23,23 @@ def cases():
     return [("cora",) + real("cora"), ("as20000102",) + real("as20000102")] + adversarial()
 
 
+def distinct_features(n, width, device="cpu"):
+    """Random features with no two values equal. float32 randn repeats values often enough
+    (hundreds of thousands of comparisons per test) that ties between different sources would
+    appear, and torch splits a tie's gradient where gnnio gives it to the earliest edge."""
+    # Never exactly 0 either: torch's scatter_reduce backward counts the (excluded) zero
+    # initial value as a tie and halves the gradient of a winning 0.0.
+    total = n * width
+    values = ((torch.randperm(total, dtype=torch.float64) + 0.25) / max(total, 1) - 0.5) * 4
+    return values.float().view(n, width).to(device)
+
+
 @pytest.mark.parametrize("reduce", ["max", "min"])
 @pytest.mark.parametrize("width", [1, 3, 33, 130])
 @pytest.mark.parametrize("name,ei,n", cases(), ids=lambda c: c if isinstance(c, str) else "")
 def test_forward_backward_match_scatter_reduce(device, name, ei, n, width, reduce):
     g = gnnio.Graph(ei.to(device), num_nodes=n)
-    x = torch.randn(n, width, device=device, requires_grad=True)
+    x = distinct_features(n, width, device).requires_grad_()
     out = gnnio.ops.segment_reduce(g, x, reduce)
     x64 = x.detach().cpu().double().requires_grad_()
     ref = scatter_reference(ei, n, n, x64, reduce)
@@ -37,8 +48,8 @@ def test_forward_backward_match_scatter_reduce(device, name, ei, n, width, reduc
     gout = torch.randn_like(out)
     out.backward(gout)
     ref.backward(gout.cpu().double())
-    # Randn inputs have no ties between different sources (probability 0), so torch's even split
-    # never applies; grad_x[j] sums the gradients of the rows j won, in a different order from
+    # Distinct inputs have no ties between different sources, so torch's even split never
+    # applies; grad_x[j] sums the gradients of the rows j won, in a different order from
     # torch's scatter: float32 summation of <= out-degree terms.
     out_deg = torch.bincount(ei[0], minlength=n).clamp(min=1)[:, None].double()
     mass = torch.zeros(n, width, dtype=torch.float64).index_add(
@@ -167,7 +178,7 @@ def _check_layer(pyg, ours, run):
 def test_layers_match_pyg(device, cls, kwargs, name, ei, n):
     pyg, ours = _pyg_pair(cls, 9, 5, device, **kwargs)
     ei = ei.to(device)
-    x = torch.randn(n, 9, device=device)
+    x = distinct_features(n, 9, device)
 
     def run(layer, dtype):
         xi = x.to(dtype).requires_grad_()
@@ -182,7 +193,7 @@ def test_pyg_layers_accept_gnnio_aggregations(device, cls):
 
     ei, n = random_graph(60, 400)
     ei = ei.to(device)
-    x = torch.randn(n, 8, device=device)
+    x = distinct_features(n, 8, device)
     for name, ours in (("max", gnnio.nn.aggr.MaxAggregation()), ("min", gnnio.nn.aggr.MinAggregation())):
         ref = getattr(pyg_nn, cls)(8, 4, aggr=name).to(device)
         layer = getattr(pyg_nn, cls)(8, 4, aggr=ours).to(device)
