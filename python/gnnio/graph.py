@@ -118,6 +118,14 @@ class Graph:
                 self._csr_by_src = self._build(self._src, self._dst, self.num_src, self.num_dst)
         return self._csr_by_src
 
+    def backward_csr(self, needed: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(rowptr, col) of csr_by_src when a backward pass will read it, else empty
+        placeholders, so that a forward without gradients never builds the transpose."""
+        if needed:
+            return self.csr_by_src.rowptr, self.csr_by_src.col
+        empty = self.csr_by_dst.rowptr.new_empty(0)
+        return empty, empty
+
     @property
     def src_slot_to_dst_slot(self) -> torch.Tensor:
         """For each slot of csr_by_src, the slot of the same edge in csr_by_dst (``t2c``): what a
@@ -312,8 +320,8 @@ def _check_ids(ids, bound, what):
 def _spmm_raw(graph: Graph, value: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Forward-only SpMM over csr_by_dst (used for degrees); autograd still flows to value."""
     r = graph.csr_by_dst
-    empty = r.rowptr.new_empty(0)
-    return ops.spmm(r.rowptr, r.col, value, x, graph.num_dst, graph.num_src, -1, empty, empty,
+    rowptr_t, col_t = graph.backward_csr(False)
+    return ops.spmm(r.rowptr, r.col, value, x, graph.num_dst, graph.num_src, -1, rowptr_t, col_t,
                     None, -1)
 
 

@@ -46,14 +46,10 @@ def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = No
 
 def _spmm_csr(graph: Graph, value, value_t, x, need_t: bool) -> torch.Tensor:
     fwd = graph.csr_by_dst
-    if need_t:
-        bwd = graph.csr_by_src
-        rowptr_t, col_t = bwd.rowptr, bwd.col
-    else:
-        rowptr_t = col_t = fwd.rowptr.new_empty(0)
-        value_t = None
+    rowptr_t, col_t = graph.backward_csr(need_t)
     return _ops.spmm(fwd.rowptr, fwd.col, value, x, graph.num_dst, graph.num_src,
-                     graph.cache_key, rowptr_t, col_t, value_t, graph.cache_key + 1)
+                     graph.cache_key, rowptr_t, col_t, value_t if need_t else None,
+                     graph.cache_key + 1)
 
 
 def gcn_propagate(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = None,
@@ -88,11 +84,9 @@ def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
         raise ValueError(f"reduce must be one of 'max', 'min', 'sum', 'mean', got {reduce!r}")
     x = check_features(x, graph.num_src, graph)
     fwd = graph.csr_by_dst
-    if torch.is_grad_enabled() and x.requires_grad:
-        bwd = graph.csr_by_src
-        rowptr_t, col_t, t2c = bwd.rowptr, bwd.col, graph.src_slot_to_dst_slot
-    else:
-        rowptr_t = col_t = t2c = fwd.rowptr.new_empty(0)
+    need_t = torch.is_grad_enabled() and x.requires_grad
+    rowptr_t, col_t = graph.backward_csr(need_t)
+    t2c = graph.src_slot_to_dst_slot if need_t else col_t  # col_t is the empty placeholder then
     heavy_rows = heavy_items = None
     light_max_degree = 2**62
     if x.is_cuda:
@@ -121,10 +115,7 @@ def gat_attention(graph: Graph, alpha_src: torch.Tensor, alpha_dst: Optional[tor
     fwd = graph.csr_by_dst
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (alpha_src, alpha_dst, h_src))
-    if needs_grad:
-        rowptr_t, col_t = graph.csr_by_src.rowptr, graph.csr_by_src.col
-    else:
-        rowptr_t = col_t = fwd.rowptr.new_empty(0)
+    rowptr_t, col_t = graph.backward_csr(needs_grad)
     return _ops.gat(fwd.rowptr, fwd.col, alpha_src.contiguous(),
                     None if alpha_dst is None else alpha_dst.contiguous(), h_src.contiguous(),
                     graph.num_dst, float(negative_slope), rowptr_t, col_t)

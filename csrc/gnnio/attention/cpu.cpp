@@ -3,13 +3,12 @@
 #include <vector>
 
 #include "gnnio/attention/params.h"
+#include "gnnio/common/cpu_dispatch.h"
 
 namespace gnnio {
 namespace {
 
 constexpr double kSoftmaxEps = 1e-16;  // PyG's softmax denominator guard
-
-bool worth_threads(int64_t work) { return work > (int64_t(1) << 16); }
 
 template <typename T>
 inline T leaky(T v, T slope) { return v > T(0) ? v : v * slope; }
@@ -141,32 +140,17 @@ void backward(const GatBackwardParams& b) {
   }
 }
 
-template <typename Params, typename F32, typename F64>
-void by_dtype(const Params& scalar, const char* name, F32&& f32, F64&& f64) {
-  switch (scalar) {
-    case ScalarType::kFloat32: return f32();
-    case ScalarType::kFloat64: return f64();
-    default:
-      detail::fail(ErrorKind::kInvalidArgument, name, " on CPU supports float32 and float64, got ",
-                   to_string(scalar));
-  }
-}
-
 }  // namespace
 
 void gat_forward_cpu(const GatParams& p) {
-  dispatch_index(p.index_type, [&](auto index) {
-    using index_t = decltype(index);
-    by_dtype(p.scalar_type, "gat", [&] { forward<float, index_t>(p); },
-             [&] { forward<double, index_t>(p); });
+  dispatch_cpu(p.scalar_type, p.index_type, "gat", [&](auto scalar, auto index) {
+    forward<decltype(scalar), decltype(index)>(p);
   });
 }
 
 void gat_backward_cpu(const GatBackwardParams& b) {
-  dispatch_index(b.fwd.index_type, [&](auto index) {
-    using index_t = decltype(index);
-    by_dtype(b.fwd.scalar_type, "gat backward", [&] { backward<float, index_t>(b); },
-             [&] { backward<double, index_t>(b); });
+  dispatch_cpu(b.fwd.scalar_type, b.fwd.index_type, "gat backward", [&](auto scalar, auto index) {
+    backward<decltype(scalar), decltype(index)>(b);
   });
 }
 

@@ -7,6 +7,8 @@
 
 #include <type_traits>
 
+#include "gnnio/common/types.h"
+
 namespace gnnio {
 
 // The accumulator type of an element type.
@@ -24,6 +26,20 @@ __device__ inline T from_acc(A v) {
   else if constexpr (std::is_same_v<T, float>) return static_cast<float>(v);
   else if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(v));
   else return __float2bfloat16(static_cast<float>(v));
+}
+
+// Calls fn(scalar_t{}, index_t{}) with the CUDA kernels' element types: float, double, __half,
+// __nv_bfloat16.
+template <typename Fn>
+void dispatch_cuda(ScalarType scalar, IndexType index, Fn&& fn) {
+  dispatch_index(index, [&](auto index_tag) {
+    switch (scalar) {
+      case ScalarType::kFloat32: return fn(float{}, index_tag);
+      case ScalarType::kFloat64: return fn(double{}, index_tag);
+      case ScalarType::kFloat16: return fn(__half{}, index_tag);
+      case ScalarType::kBFloat16: return fn(__nv_bfloat16{}, index_tag);
+    }
+  });
 }
 
 }  // namespace gnnio

@@ -1,12 +1,11 @@
 #include <cmath>
 #include <vector>
 
+#include "gnnio/common/cpu_dispatch.h"
 #include "gnnio/reduce/params.h"
 
 namespace gnnio {
 namespace {
-
-bool worth_threads(int64_t work) { return work > (int64_t(1) << 16); }
 
 // True when v should replace best for this reduction (NaN wins; ties keep the earlier slot).
 // Branch-free (v != v is NaN) so the feature loop vectorises.
@@ -79,32 +78,17 @@ void backward(const SegmentReduceBackwardParams& p) {
   }
 }
 
-template <typename Params, typename Fn32, typename Fn64>
-void dispatch_float(const Params& p, const char* name, Fn32&& f32, Fn64&& f64) {
-  switch (p.scalar_type) {
-    case ScalarType::kFloat32: return f32();
-    case ScalarType::kFloat64: return f64();
-    default:
-      detail::fail(ErrorKind::kInvalidArgument, name, " on CPU supports float32 and float64, got ",
-                   to_string(p.scalar_type));
-  }
-}
-
 }  // namespace
 
 void segment_reduce_cpu(const SegmentReduceParams& p) {
-  dispatch_index(p.index_type, [&](auto index) {
-    using index_t = decltype(index);
-    dispatch_float(p, "segment_reduce", [&] { forward<float, index_t>(p); },
-                   [&] { forward<double, index_t>(p); });
+  dispatch_cpu(p.scalar_type, p.index_type, "segment_reduce", [&](auto scalar, auto index) {
+    forward<decltype(scalar), decltype(index)>(p);
   });
 }
 
 void segment_reduce_backward_cpu(const SegmentReduceBackwardParams& p) {
-  dispatch_index(p.index_type, [&](auto index) {
-    using index_t = decltype(index);
-    dispatch_float(p, "segment_reduce backward", [&] { backward<float, index_t>(p); },
-                   [&] { backward<double, index_t>(p); });
+  dispatch_cpu(p.scalar_type, p.index_type, "segment_reduce backward", [&](auto scalar, auto index) {
+    backward<decltype(scalar), decltype(index)>(p);
   });
 }
 

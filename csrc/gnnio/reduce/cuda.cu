@@ -166,19 +166,6 @@ int blocks_for(int64_t threads_needed) {
   return static_cast<int>(b < 1 ? 1 : (b > (1 << 20) ? (1 << 20) : b));
 }
 
-template <typename Fn>
-void dispatch(const SegmentReduceParams& p, Fn&& fn) {
-  dispatch_index(p.index_type, [&](auto index) {
-    using index_t = decltype(index);
-    switch (p.scalar_type) {
-      case ScalarType::kFloat32: return fn(float{}, index_t{});
-      case ScalarType::kFloat64: return fn(double{}, index_t{});
-      case ScalarType::kFloat16: return fn(__half{}, index_t{});
-      case ScalarType::kBFloat16: return fn(__nv_bfloat16{}, index_t{});
-    }
-  });
-}
-
 }  // namespace
 
 size_t segment_reduce_cuda_workspace_bytes(const SegmentReduceParams& p) {
@@ -193,7 +180,7 @@ void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* st
   GNNIO_CHECK(p.num_heavy == 0 || p.scalar_type != ScalarType::kFloat64, ErrorKind::kInternal,
               "segment_reduce_cuda: float64 runs the light kernel only (no heavy tiles)");
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch(p, [&](auto scalar, auto index) {
+  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
     light_kernel<scalar_t, index_t><<<blocks_for(p.num_rows * 32), kThreads, 0, s>>>(p);
@@ -213,10 +200,7 @@ void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* st
 void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* stream) {
   if (p.num_src == 0 || p.width == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  SegmentReduceParams shape;
-  shape.index_type = p.index_type;
-  shape.scalar_type = p.scalar_type;
-  dispatch(shape, [&](auto scalar, auto index) {
+  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
     backward_kernel<scalar_t, index_t><<<blocks_for(p.num_src * 32), kThreads, 0, s>>>(p);

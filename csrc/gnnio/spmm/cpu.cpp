@@ -1,12 +1,10 @@
 #include <algorithm>
 
+#include "gnnio/common/cpu_dispatch.h"
 #include "gnnio/spmm/params.h"
 
 namespace gnnio {
 namespace {
-
-// Below ~64K multiply-adds, waking the OpenMP team costs more than the work.
-bool worth_threads(int64_t nnz, int64_t width) { return nnz * width > (int64_t(1) << 16); }
 
 template <typename scalar_t, typename index_t>
 void spmm(const SpmmParams& p) {
@@ -17,7 +15,7 @@ void spmm(const SpmmParams& p) {
   auto* out = static_cast<scalar_t*>(p.out);
   const int64_t width = p.width;
 
-#pragma omp parallel for schedule(dynamic, 64) if (worth_threads(p.nnz, width))
+#pragma omp parallel for schedule(dynamic, 64) if (worth_threads(p.nnz * width))
   for (int64_t r = 0; r < p.num_rows; ++r) {
     scalar_t* y = out + r * p.out_row_stride;
     std::fill(y, y + width, scalar_t(0));
@@ -37,7 +35,7 @@ void sddmm(const SddmmParams& p) {
   const auto* b = static_cast<const scalar_t*>(p.b);
   auto* out = static_cast<scalar_t*>(p.out);
 
-#pragma omp parallel for schedule(dynamic, 64) if (worth_threads(p.nnz, p.width))
+#pragma omp parallel for schedule(dynamic, 64) if (worth_threads(p.nnz * p.width))
   for (int64_t r = 0; r < p.num_rows; ++r) {
     const scalar_t* ar = a + r * p.a_row_stride;
     for (int64_t k = rowptr[r]; k < rowptr[r + 1]; ++k) {
@@ -51,32 +49,18 @@ void sddmm(const SddmmParams& p) {
   }
 }
 
-template <template <typename, typename> class Kernel, typename Params>
-void dispatch(const Params& p, const char* name) {
-  dispatch_index(p.index_type, [&](auto index) {
-    using index_t = decltype(index);
-    switch (p.scalar_type) {
-      case ScalarType::kFloat32: return Kernel<float, index_t>::run(p);
-      case ScalarType::kFloat64: return Kernel<double, index_t>::run(p);
-      default:
-        detail::fail(ErrorKind::kInvalidArgument, name, " on CPU supports float32 and float64, got ",
-                     to_string(p.scalar_type));
-    }
+}  // namespace
+
+void spmm_cpu(const SpmmParams& p) {
+  dispatch_cpu(p.scalar_type, p.index_type, "spmm", [&](auto scalar, auto index) {
+    spmm<decltype(scalar), decltype(index)>(p);
   });
 }
 
-template <typename scalar_t, typename index_t>
-struct SpmmKernel {
-  static void run(const SpmmParams& p) { spmm<scalar_t, index_t>(p); }
-};
-template <typename scalar_t, typename index_t>
-struct SddmmKernel {
-  static void run(const SddmmParams& p) { sddmm<scalar_t, index_t>(p); }
-};
-
-}  // namespace
-
-void spmm_cpu(const SpmmParams& p) { dispatch<SpmmKernel>(p, "spmm"); }
-void sddmm_cpu(const SddmmParams& p) { dispatch<SddmmKernel>(p, "sddmm"); }
+void sddmm_cpu(const SddmmParams& p) {
+  dispatch_cpu(p.scalar_type, p.index_type, "sddmm", [&](auto scalar, auto index) {
+    sddmm<decltype(scalar), decltype(index)>(p);
+  });
+}
 
 }  // namespace gnnio

@@ -201,28 +201,16 @@ void spmm_cuda_row_warp(const SpmmParams& p, void* stream) {
   GNNIO_CHECK(p.value != nullptr, ErrorKind::kInternal, "spmm_cuda_row_warp needs values");
   if (p.num_rows == 0 || p.width == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch_index(p.index_type, [&](auto index) {
-    using index_t = decltype(index);
-    switch (p.scalar_type) {
-      case ScalarType::kFloat32: return launch_row_warp<float, index_t>(p, s);
-      case ScalarType::kFloat64: return launch_row_warp<double, index_t>(p, s);
-      case ScalarType::kFloat16: return launch_row_warp<__half, index_t>(p, s);
-      case ScalarType::kBFloat16: return launch_row_warp<__nv_bfloat16, index_t>(p, s);
-    }
+  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+    launch_row_warp<decltype(scalar), decltype(index)>(p, s);
   });
 }
 
 void sddmm_cuda(const SddmmParams& p, void* stream) {
   if (p.nnz == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch_index(p.index_type, [&](auto index) {
-    using index_t = decltype(index);
-    switch (p.scalar_type) {
-      case ScalarType::kFloat32: return launch_sddmm<float, index_t>(p, s);
-      case ScalarType::kFloat64: return launch_sddmm<double, index_t>(p, s);
-      case ScalarType::kFloat16: return launch_sddmm<__half, index_t>(p, s);
-      case ScalarType::kBFloat16: return launch_sddmm<__nv_bfloat16, index_t>(p, s);
-    }
+  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+    launch_sddmm<decltype(scalar), decltype(index)>(p, s);
   });
 }
 
