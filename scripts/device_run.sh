@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Everything one GPU session needs, in one call of the device tool:
-#   bash scripts/device_run.sh [build] [ctest] [test] [sanitize] [bench]   (default: all)
+#   bash scripts/device_run.sh [build] [ctest] [test] [sanitize] [bench-spmm] [bench-reduce]
+#                              [bench-attention]   (default: all; "bench" = every bench stage)
+# PYTEST_ARGS passes extra arguments to pytest (e.g. "-k cuda").
 # Run from the repository root with the shared graphs copied to .data/graphs (git-ignored)
 # and, where the machine lacks pytest, wheels in .whl. Logs and results go to $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/gnnio-out}
 mkdir -p "$OUT"
 stages=${*:-build ctest test sanitize bench}
+expanded=""
+for s in $stages; do
+  [ "$s" = bench ] && s="bench-spmm bench-reduce bench-attention"
+  expanded="$expanded $s"
+done
+stages=$expanded
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 export GNNIO_GRAPH_DIR="$PWD/.data/graphs"
 
@@ -37,9 +45,22 @@ for stage in $stages; do
     sanitize)
       compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/cuda_sanitize.py 2>&1 | tee "$OUT/sanitize.log" | tail -8
       ;;
-    bench)
+    bench-spmm)
       python3 -m gnnio.bench --graphs standard,real --layers spmm,GCNConv,GraphConv\(add\),GraphConv\(mean\),SAGEConv\(mean\) \
-        --out "$OUT/nvidia-h200-spmm.json" 2>&1 | tee "$OUT/bench.log" | tail -70
+        --out "$OUT/nvidia-h200-spmm.json" 2>&1 | tee "$OUT/bench-spmm.log" | tail -70
+      ;;
+    bench-reduce)
+      for dtype in float32 bfloat16; do
+        python3 -m gnnio.bench --graphs standard,real --dtype $dtype \
+          --layers "segment_reduce(max),SAGEConv(max),SAGEConv(min),GraphConv(max)" \
+          --out "$OUT/nvidia-h200-reduce-$dtype.json" 2>&1 | tee "$OUT/bench-reduce-$dtype.log" | tail -90
+      done
+      ;;
+    bench-attention)
+      for dtype in float32 bfloat16; do
+        python3 -m gnnio.bench --graphs standard,real --dtype $dtype --layers "GATConv,GATv2Conv,TransformerConv" \
+          --out "$OUT/nvidia-h200-attention-$dtype.json" 2>&1 | tee "$OUT/bench-attention-$dtype.log" | tail -90
+      done
       ;;
   esac
 done

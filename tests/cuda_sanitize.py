@@ -1,4 +1,4 @@
-"""Exercises every CUDA kernel once on awkward shapes, for compute-sanitizer (memcheck):
+"""Exercises every CUDA kernel (SpMM, SDDMM, segment reduce light/heavy/backward) once on awkward shapes, for compute-sanitizer (memcheck):
 empty graph, isolated nodes, a hub, bipartite, odd widths, half types. Run on a GPU machine."""
 import torch
 
@@ -22,6 +22,10 @@ for ei, size in cases:
                 w = torch.rand(ei.size(1), device="cuda", dtype=dtype, requires_grad=True)
                 out = gnnio.ops.spmm(g, x, w, "mean")
                 out.backward(torch.randn_like(out))
+                for reduce in ("max", "min"):
+                    for degree_aware in (True, False):
+                        out = gnnio.ops.segment_reduce(g, x, reduce, degree_aware=degree_aware)
+                        out.backward(torch.randn_like(out))
                 torch.cuda.synchronize()
             except RuntimeError as e:
                 failures += 1

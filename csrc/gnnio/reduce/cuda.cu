@@ -6,6 +6,7 @@
 
 #include "gnnio/common/convert.cuh"
 #include "gnnio/common/cuda_check.h"
+#include "gnnio/common/vec.cuh"
 #include "gnnio/reduce/params.h"
 
 namespace gnnio {
@@ -40,8 +41,9 @@ __device__ inline uint32_t unpack_slot(unsigned long long key, ReduceOp op) {
   return op == ReduceOp::kMax ? 0xFFFFFFFFu - lo : lo;
 }
 
-// Light rows: one warp per row, lanes across features, the row's slots walked in order.
-template <typename scalar_t, typename index_t>
+// Light rows: one warp per row, each lane V consecutive features (one 16-byte load per slot
+// where the layout allows), the row's slots walked in order, two slots in flight at a time.
+template <typename scalar_t, typename index_t, int V>
 __global__ void light_kernel(SegmentReduceParams p) {
   using acc_t = acc_type_t<scalar_t>;
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
@@ -54,20 +56,36 @@ __global__ void light_kernel(SegmentReduceParams p) {
   for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; r < p.num_rows; r += warps) {
     const int64_t begin = rowptr[r], end = rowptr[r + 1];
     if (end - begin > p.light_max_degree) continue;  // a heavy row: the tile kernels own it
-    for (int64_t f = lane; f < p.width; f += 32) {
+    for (int64_t f = int64_t(lane) * V; f < p.width; f += 32 * V) {
+      scalar_t* out_row = out + r * p.width + f;
+      index_t* arg_row = arg + r * p.width + f;
       if (begin == end) {
-        out[r * p.width + f] = from_acc<scalar_t>(0.0f);
-        arg[r * p.width + f] = index_t(-1);
+        for (int i = 0; i < V; ++i) out_row[i] = from_acc<scalar_t>(0.0f), arg_row[i] = index_t(-1);
         continue;
       }
-      scalar_t best = x[int64_t(col[begin]) * p.x_row_stride + f];
-      int64_t best_k = begin;
-      for (int64_t k = begin + 1; k < end; ++k) {
-        const scalar_t v = x[int64_t(col[k]) * p.x_row_stride + f];
-        if (better<acc_t>(to_acc(v), to_acc(best), p.op)) best = v, best_k = k;
+      acc_t best[V];
+      int64_t best_k[V];
+      {
+        const auto v = load_vec<V>(x + int64_t(col[begin]) * p.x_row_stride + f);
+        for (int i = 0; i < V; ++i) best[i] = to_acc(v.v[i]), best_k[i] = begin;
       }
-      out[r * p.width + f] = best;
-      arg[r * p.width + f] = static_cast<index_t>(best_k);
+      auto update = [&](const Vec<scalar_t, V>& v, int64_t k) {
+        for (int i = 0; i < V; ++i) {
+          const acc_t a = to_acc(v.v[i]);
+          if (better<acc_t>(a, best[i], p.op)) best[i] = a, best_k[i] = k;
+        }
+      };
+      int64_t k = begin + 1;
+      for (; k + 1 < end; k += 2) {
+        const auto v0 = load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f);
+        const auto v1 = load_vec<V>(x + int64_t(col[k + 1]) * p.x_row_stride + f);
+        update(v0, k);
+        update(v1, k + 1);
+      }
+      if (k < end) update(load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f), k);
+      // acc_t holds every scalar_t exactly, so the stored maximum is the input value itself.
+      for (int i = 0; i < V; ++i)
+        out_row[i] = from_acc<scalar_t>(best[i]), arg_row[i] = static_cast<index_t>(best_k[i]);
     }
   }
 }
@@ -137,8 +155,9 @@ __global__ void fill_keys_kernel(unsigned long long* keys, int64_t n, unsigned l
     keys[i] = value;
 }
 
-// Backward: one warp per source row of the transpose, lanes across features.
-template <typename scalar_t, typename index_t>
+// Backward: one warp per source row of the transpose, each lane V features; the arg row of
+// each destination is read as vectors, the gradient only where this slot won.
+template <typename scalar_t, typename index_t, int V>
 __global__ void backward_kernel(SegmentReduceBackwardParams p) {
   using acc_t = acc_type_t<scalar_t>;
   const auto* rowptr_t = static_cast<const index_t*>(p.rowptr_t);
@@ -150,13 +169,16 @@ __global__ void backward_kernel(SegmentReduceBackwardParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * kWarps;
   for (int64_t j = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; j < p.num_src; j += warps) {
-    for (int64_t f = lane; f < p.width; f += 32) {
-      acc_t acc = 0;
+    for (int64_t f = int64_t(lane) * V; f < p.width; f += 32 * V) {
+      acc_t acc[V] = {};
       for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
         const int64_t r = col_t[k];
-        if (arg[r * p.width + f] == t2c[k]) acc += to_acc(g[r * p.width + f]);
+        const index_t slot = t2c[k];
+        const auto won = load_vec<V>(arg + r * p.width + f);
+        for (int i = 0; i < V; ++i)
+          if (won.v[i] == slot) acc[i] += to_acc(g[r * p.width + f + i]);
       }
-      gx[j * p.width + f] = from_acc<scalar_t>(acc);
+      for (int i = 0; i < V; ++i) gx[j * p.width + f + i] = from_acc<scalar_t>(acc[i]);
     }
   }
 }
@@ -183,7 +205,11 @@ void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* st
   dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
-    light_kernel<scalar_t, index_t><<<blocks_for(p.num_rows * 32), kThreads, 0, s>>>(p);
+    const int vec = vector_width<scalar_t>(p.width, {p.x_row_stride}, {p.x, p.out});
+    if (vec > 1)
+      light_kernel<scalar_t, index_t, 16 / sizeof(scalar_t)><<<blocks_for(p.num_rows * 32), kThreads, 0, s>>>(p);
+    else
+      light_kernel<scalar_t, index_t, 1><<<blocks_for(p.num_rows * 32), kThreads, 0, s>>>(p);
     GNNIO_CUDA_CHECK(cudaGetLastError());
     if (p.num_heavy == 0) return;
     auto* keys = static_cast<unsigned long long*>(workspace);
@@ -203,7 +229,13 @@ void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* st
   dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
-    backward_kernel<scalar_t, index_t><<<blocks_for(p.num_src * 32), kThreads, 0, s>>>(p);
+    constexpr int kVec = 16 / sizeof(scalar_t);
+    const bool arg_aligned = reinterpret_cast<uintptr_t>(p.arg) % (kVec * sizeof(index_t)) == 0;
+    const int vec = vector_width<scalar_t>(p.width, {}, {p.grad_out, p.grad_x});
+    if (vec > 1 && arg_aligned)
+      backward_kernel<scalar_t, index_t, 16 / sizeof(scalar_t)><<<blocks_for(p.num_src * 32), kThreads, 0, s>>>(p);
+    else
+      backward_kernel<scalar_t, index_t, 1><<<blocks_for(p.num_src * 32), kThreads, 0, s>>>(p);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   });
 }

@@ -11,6 +11,7 @@ import sys
 import torch
 
 import gnnio
+import gnnio.plan
 from gnnio.bench.cases import DEFAULT_LAYERS, LAYERS
 from gnnio.bench.report import markdown_table
 from gnnio.bench.timing import copy_rate_tbps, median_ms, peak_extra_gib
@@ -24,7 +25,7 @@ def parse_args(argv):
                    help="comma list of graph names or .mtx paths; 'real' = every real graph found, "
                         "'standard' = %s" % ",".join(STANDARD))
     p.add_argument("--layers", default=",".join(DEFAULT_LAYERS),
-                   help="comma list from: spmm, " + ", ".join(LAYERS))
+                   help="comma list from: spmm, segment_reduce(max), " + ", ".join(LAYERS))
     p.add_argument("--features", type=int, default=128)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--compare", default="pyg", choices=["pyg", "none"])
@@ -37,8 +38,8 @@ def parse_args(argv):
     args.graphs = _expand_graphs(args.graphs)
     args.layers = [s.strip() for s in args.layers.split(",") if s.strip()]
     for layer in args.layers:
-        if layer != "spmm" and layer not in LAYERS:
-            p.error(f"unknown layer {layer!r}; choose from spmm, {', '.join(LAYERS)}")
+        if layer != "spmm" and layer not in LAYERS and layer not in OPS:
+            p.error(f"unknown layer {layer!r}; choose from spmm, {', '.join(list(OPS) + list(LAYERS))}")
     if args.features <= 0:
         p.error("--features must be positive")
     cuda = args.device.startswith("cuda")
@@ -122,6 +123,8 @@ def run_graph(name, args, device, dtype, rows, log):
         try:
             if layer == "spmm":
                 _bench_spmm(name, x, gout, ei, n, device, dtype, args, rows)
+            elif layer in OPS:
+                OPS[layer](name, x, gout, ei, n, device, dtype, args, rows)
             else:
                 _bench_layer(name, layer, x, gout, ei, device, dtype, args, rows)
         except torch.OutOfMemoryError:
@@ -153,6 +156,42 @@ def _bench_spmm(name, x, gout, ei, n, device, dtype, args, rows):
         ref = torch.sparse.mm(a, x.detach())
     rows.append(dict(graph=name, layer="spmm", impl="torch.sparse", dtype=dt, fwd_ms=ref_fwd,
                      fwd_bwd_ms=None, peak_extra_gib=None, max_rel_diff_vs_gnnio=rel_diff(ref, ours)))
+
+
+def _bench_segment_reduce(name, x, gout, ei, n, device, dtype, args, rows):
+    """segment_reduce(max): the degree-aware plan, the plain node-parallel kernel, and
+    torch.scatter_reduce (what PyG runs without torch_scatter) on the same inputs."""
+    graph = gnnio.Graph(ei, num_nodes=n)
+    dt = str(dtype).split(".")[-1]
+    itemsize, idx = x.element_size(), graph.csr_by_dst.col.element_size()
+    # Bytes it must move: a feature row and an index per edge, out and arg written once.
+    floor_bytes = graph.num_edges * (x.size(1) * itemsize + idx) + n * x.size(1) * (itemsize + idx)
+    ours = None
+    variants = [("gnnio", None), ("gnnio-node-parallel", False)] if x.is_cuda else [("gnnio", None)]
+    for impl, degree_aware in variants:
+        fn = lambda: gnnio.ops.segment_reduce(graph, x, "max", degree_aware=degree_aware)  # noqa: E731
+        fwd, both, mem = bench_module(fn, gout, [x], device, args)
+        out = fn()
+        row = dict(graph=name, layer="segment_reduce(max)", impl=impl, dtype=dt, fwd_ms=fwd,
+                   fwd_bwd_ms=both, peak_extra_gib=mem, floor_bytes=floor_bytes)
+        if impl == "gnnio":
+            ours = out
+            row["plan"] = gnnio.plan.plan_reduce(graph, dtype, degree_aware).reason if x.is_cuda else "cpu"
+        else:
+            row["max_rel_diff_vs_gnnio"] = rel_diff(out, ours)
+        rows.append(row)
+    index = ei[1][:, None].expand(-1, x.size(1))
+
+    def scatter():
+        return torch.zeros(n, x.size(1), device=device, dtype=dtype).scatter_reduce(
+            0, index, x[ei[0]], "amax", include_self=False)
+    fwd, both, mem = bench_module(scatter, gout, [x], device, args)
+    rows.append(dict(graph=name, layer="segment_reduce(max)", impl="torch.scatter_reduce", dtype=dt,
+                     fwd_ms=fwd, fwd_bwd_ms=both, peak_extra_gib=mem,
+                     max_rel_diff_vs_gnnio=rel_diff(scatter(), ours)))
+
+
+OPS = {"segment_reduce(max)": _bench_segment_reduce}
 
 
 def _bench_layer(name, layer, x, gout, ei, device, dtype, args, rows):
