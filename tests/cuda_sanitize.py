@@ -10,6 +10,7 @@ cases = [
     (torch.empty(2, 0, dtype=torch.long), (4, 4)),
     (torch.tensor([[0, 1], [1, 1]]), (6, 6)),
     (torch.stack([torch.randint(3000, (50_000,)), torch.zeros(50_000, dtype=torch.long)]), (3000, 3000)),
+    (torch.stack([torch.zeros(50_000, dtype=torch.long), torch.randint(3000, (50_000,))]), (3000, 3000)),
     (torch.stack([torch.randint(70, (900,)), torch.randint(11, (900,))]), (70, 11)),
 ]
 failures = 0

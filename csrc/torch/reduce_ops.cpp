@@ -9,7 +9,8 @@ std::tuple<at::Tensor, at::Tensor> segment_reduce_cpu_impl(
     int64_t num_cols, c10::string_view reduce, const at::Tensor& /*rowptr_t*/,
     const at::Tensor& /*col_t*/, const at::Tensor& /*t2c*/,
     const c10::optional<at::Tensor>& /*heavy_rows*/, const c10::optional<at::Tensor>& /*heavy_items*/,
-    int64_t /*light_max_degree*/) {
+    int64_t /*light_max_degree*/, const c10::optional<at::Tensor>& /*heavy_src*/,
+    const c10::optional<at::Tensor>& /*heavy_src_items*/, int64_t /*light_max_out_degree*/) {
   const int64_t width = x.dim() == 2 ? x.size(1) : 0;
   auto out = at::empty({num_rows, width}, x.options());
   auto arg = at::empty({num_rows, width}, rowptr.options());
@@ -20,7 +21,10 @@ std::tuple<at::Tensor, at::Tensor> segment_reduce_cpu_impl(
 
 at::Tensor segment_reduce_backward_cpu_impl(const at::Tensor& rowptr_t, const at::Tensor& col_t,
                                             const at::Tensor& t2c, const at::Tensor& arg,
-                                            const at::Tensor& grad_out, int64_t num_src) {
+                                            const at::Tensor& grad_out, int64_t num_src,
+                                            const c10::optional<at::Tensor>& /*heavy_src*/,
+                                            const c10::optional<at::Tensor>& /*heavy_src_items*/,
+                                            int64_t /*light_max_out_degree*/) {
   auto grad_x = at::empty({num_src, grad_out.size(1)}, grad_out.options());
   const auto g = grad_out.contiguous();
   const auto p = segment_reduce_backward_params(rowptr_t, col_t, t2c, arg, g, num_src, grad_x);

@@ -71,12 +71,16 @@ TORCH_LIBRARY(gnnio, m) {
   // winning slot (-1 for empty rows, whose out is 0). The transposed CSR and t2c (forward slot
   // of each transposed slot) are read only by the backward pass.
   // heavy_rows / heavy_items / light_max_degree are the planner's degree-aware split (CUDA;
-  // gnnio.Graph.reduce_plan): rows above light_max_degree are reduced by 2-D tiles.
+  // gnnio.plan.plan_reduce): rows above light_max_degree are reduced by 2-D tiles. heavy_src /
+  // heavy_src_items / light_max_out_degree split the transpose the same way for the backward.
   m.def("segment_reduce(Tensor rowptr, Tensor col, Tensor x, int num_rows, int num_cols, "
-        "str reduce, Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor? heavy_rows, "
-        "Tensor? heavy_items, int light_max_degree) -> (Tensor out, Tensor arg)");
+        "str reduce, Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor? heavy_rows=None, "
+        "Tensor? heavy_items=None, int light_max_degree=4611686018427387904, "
+        "Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
+        "int light_max_out_degree=4611686018427387904) -> (Tensor out, Tensor arg)");
   m.def("segment_reduce_backward(Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor arg, "
-        "Tensor grad_out, int num_src) -> Tensor");
+        "Tensor grad_out, int num_src, Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
+        "int light_max_out_degree=4611686018427387904) -> Tensor");
   // Fused GAT attention over csr_by_dst (online softmax; see gnnio/attention/params.h):
   // out [num_dst, heads, channels] and stats [num_dst, heads, 2] = (max, sum) of each softmax.
   // (rowptr_t, col_t) is the transpose, read only by the backward pass.

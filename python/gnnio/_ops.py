@@ -47,12 +47,14 @@ def _sddmm_fake(rowptr, col, a, b):
 
 @torch.library.register_fake("gnnio::segment_reduce")
 def _segment_reduce_fake(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c,
-                         heavy_rows, heavy_items, light_max_degree):
+                         heavy_rows=None, heavy_items=None, light_max_degree=2**62,
+                         heavy_src=None, heavy_src_items=None, light_max_out_degree=2**62):
     return x.new_empty(num_rows, x.size(1)), rowptr.new_empty(num_rows, x.size(1))
 
 
 @torch.library.register_fake("gnnio::segment_reduce_backward")
-def _segment_reduce_backward_fake(rowptr_t, col_t, t2c, arg, grad_out, num_src):
+def _segment_reduce_backward_fake(rowptr_t, col_t, t2c, arg, grad_out, num_src, heavy_src=None,
+                                  heavy_src_items=None, light_max_out_degree=2**62):
     return grad_out.new_empty(num_src, grad_out.size(1))
 
 

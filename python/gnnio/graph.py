@@ -156,6 +156,11 @@ class Graph:
     def out_degree(self) -> torch.Tensor:
         return self._cached("out_degree", lambda: self.csr_by_src.rowptr.diff().long())
 
+    def max_out_degree(self) -> int:
+        """Largest out-degree (builds the transpose, which a backward pass needs anyway)."""
+        return self._cached("max_out_degree", lambda: int(self.out_degree().max().item())
+                            if self.num_src > 0 else 0)
+
     def stats(self) -> dict:
         """Cheap statistics of the in-degree distribution, for the planner and for reports."""
         def compute():

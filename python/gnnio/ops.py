@@ -87,13 +87,13 @@ def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
     need_t = torch.is_grad_enabled() and x.requires_grad
     rowptr_t, col_t = graph.backward_csr(need_t)
     t2c = graph.src_slot_to_dst_slot if need_t else col_t  # col_t is the empty placeholder then
-    heavy_rows = heavy_items = None
-    light_max_degree = 2**62
+    split = ()
     if x.is_cuda:
-        plan = plan_reduce(graph, x.dtype, degree_aware)
-        heavy_rows, heavy_items, light_max_degree = plan.heavy_rows, plan.heavy_items, plan.light_max_degree
+        plan = plan_reduce(graph, x.dtype, degree_aware, backward=need_t)
+        split = (plan.heavy_rows, plan.heavy_items, plan.light_max_degree, plan.heavy_src,
+                 plan.heavy_src_items, plan.light_max_out_degree)
     out, arg = _ops.segment_reduce(fwd.rowptr, fwd.col, x, graph.num_dst, graph.num_src, reduce,
-                                   rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree)
+                                   rowptr_t, col_t, t2c, *split)
     return (out, arg) if return_arg else out
 
 

@@ -14,6 +14,10 @@ class ReducePlan(NamedTuple):
     heavy_rows: Optional[torch.Tensor]  # int64 [H]
     heavy_items: Optional[torch.Tensor]  # int64 [I, 3]: (heavy index, first slot, end slot)
     reason: str
+    # The same split of the transpose (sources by out-degree), for the backward pass.
+    light_max_out_degree: int = 2**62
+    heavy_src: Optional[torch.Tensor] = None
+    heavy_src_items: Optional[torch.Tensor] = None
 
 
 # Initial values, not yet tuned on the H200 (the reduction issue's benchmark will set them):
@@ -22,41 +26,66 @@ class ReducePlan(NamedTuple):
 MIN_HEAVY_DEGREE = 256
 HEAVY_OVER_MEAN = 16
 EDGE_CHUNK = 2048
+NODE_PARALLEL = 2**62
 
 
-def plan_reduce(graph, dtype: torch.dtype, degree_aware: Optional[bool] = None) -> ReducePlan:
-    """Light/heavy split for segment_reduce on ``graph`` (CUDA). ``degree_aware=False`` (or
+def split_rows(rowptr: torch.Tensor, threshold: int, chunk: int = EDGE_CHUNK):
+    """Rows of a CSR with more than ``threshold`` slots and their work items
+    (heavy index, first slot, end slot) of at most ``chunk`` slots, in row then slot order."""
+    deg = (rowptr[1:] - rowptr[:-1]).long()
+    heavy = (deg > threshold).nonzero().view(-1)
+    begin = rowptr[heavy].long()
+    chunks = (deg[heavy] + chunk - 1) // chunk
+    owner = torch.repeat_interleave(torch.arange(heavy.numel(), device=deg.device), chunks)
+    first_chunk = torch.cumsum(chunks, 0) - chunks
+    index = torch.arange(owner.numel(), device=deg.device) - first_chunk[owner]
+    start = begin[owner] + index * chunk
+    end = torch.minimum(start + chunk, begin[owner] + deg[heavy][owner])
+    return heavy.contiguous(), torch.stack([owner, start, end], 1).contiguous()
+
+
+def plan_reduce(graph, dtype: torch.dtype, degree_aware: Optional[bool] = None,
+                backward: bool = False) -> ReducePlan:
+    """Light/heavy split for segment_reduce on ``graph`` (CUDA); with ``backward`` also the split
+    of the transpose that the backward pass walks. ``degree_aware=False`` (or
     GNNIO_REDUCE=node) gives the plain node-parallel variant, for comparison."""
     if degree_aware is None:
         degree_aware = os.environ.get("GNNIO_REDUCE", "degree") != "node"
     if not degree_aware:
-        return ReducePlan(2**62, EDGE_CHUNK, None, None, "node-parallel: forced")
-    if dtype == torch.float64:
-        return ReducePlan(2**62, EDGE_CHUNK, None, None,
-                          "node-parallel: float64 values do not fit the packed 32-bit key")
+        return ReducePlan(NODE_PARALLEL, EDGE_CHUNK, None, None, "node-parallel: forced")
     if graph.num_edges >= 2**32:
-        return ReducePlan(2**62, EDGE_CHUNK, None, None,
+        return ReducePlan(NODE_PARALLEL, EDGE_CHUNK, None, None,
                           "node-parallel: slots do not fit the packed 32-bit key")
     stats = graph.stats()
     threshold = int(max(MIN_HEAVY_DEGREE, HEAVY_OVER_MEAN * stats["mean_in_degree"]))
-    if stats["max_in_degree"] <= threshold:
-        return ReducePlan(threshold, EDGE_CHUNK, None, None,
-                          f"node-parallel: max in-degree {stats['max_in_degree']} <= {threshold}")
-
-    def items():
-        deg = graph.in_degree()
-        heavy = (deg > threshold).nonzero().view(-1)
-        begin = graph.csr_by_dst.rowptr[heavy].long()
-        chunks = (deg[heavy] + EDGE_CHUNK - 1) // EDGE_CHUNK
-        owner = torch.repeat_interleave(torch.arange(heavy.numel(), device=deg.device), chunks)
-        first_chunk = torch.cumsum(chunks, 0) - chunks
-        index = torch.arange(owner.numel(), device=deg.device) - first_chunk[owner]
-        start = begin[owner] + index * EDGE_CHUNK
-        end = torch.minimum(start + EDGE_CHUNK, begin[owner] + deg[heavy][owner])
-        return heavy.contiguous(), torch.stack([owner, start, end], 1).contiguous()
-
-    heavy_rows, heavy_items = graph._cached(("reduce_plan", threshold, EDGE_CHUNK), items)
-    return ReducePlan(threshold, EDGE_CHUNK, heavy_rows, heavy_items,
-                      f"degree-aware: {heavy_rows.numel()} rows above {threshold} slots "
-                      f"(max {stats['max_in_degree']}, mean {stats['mean_in_degree']:.1f}) split "
-                      f"into {heavy_items.size(0)} tiles of {EDGE_CHUNK}")
+    parts = []
+    heavy_rows = heavy_items = heavy_src = heavy_src_items = None
+    light_max, light_max_out = NODE_PARALLEL, NODE_PARALLEL
+    if dtype == torch.float64:
+        parts.append("forward node-parallel: float64 values do not fit the packed 32-bit key")
+    elif stats["max_in_degree"] <= threshold:
+        parts.append(f"forward node-parallel: max in-degree {stats['max_in_degree']} <= {threshold}")
+    else:
+        heavy_rows, heavy_items = graph._cached(
+            ("reduce_plan", threshold, EDGE_CHUNK),
+            lambda: split_rows(graph.csr_by_dst.rowptr, threshold))
+        light_max = threshold
+        parts.append(f"degree-aware: {heavy_rows.numel()} rows above {threshold} slots "
+                     f"(max {stats['max_in_degree']}, mean {stats['mean_in_degree']:.1f}) split "
+                     f"into {heavy_items.size(0)} tiles of {EDGE_CHUNK}")
+    if backward:
+        # The source side's own mean: E / num_src differs from E / num_dst when bipartite.
+        mean_out = graph.num_edges / max(graph.num_src, 1)
+        out_threshold = int(max(MIN_HEAVY_DEGREE, HEAVY_OVER_MEAN * mean_out))
+        max_out = graph.max_out_degree()
+        if max_out > out_threshold:
+            heavy_src, heavy_src_items = graph._cached(
+                ("reduce_plan_t", out_threshold, EDGE_CHUNK),
+                lambda: split_rows(graph.csr_by_src.rowptr, out_threshold))
+            light_max_out = out_threshold
+            parts.append(f"backward: {heavy_src.numel()} sources above {out_threshold} out-edges "
+                         f"(max {max_out}) split into {heavy_src_items.size(0)} tiles")
+        else:
+            parts.append(f"backward node-parallel: max out-degree {max_out} <= {out_threshold}")
+    return ReducePlan(light_max, EDGE_CHUNK, heavy_rows, heavy_items, "; ".join(parts),
+                      light_max_out, heavy_src, heavy_src_items)

@@ -230,14 +230,29 @@ def test_planner_splits_hubs_and_explains():
                                                      torch.float32).reason
 
 
+def test_planner_splits_source_hubs_for_the_backward():
+    ei, n = hub(100_000)
+    g = gnnio.Graph(ei.flip(0), num_nodes=n)  # node 0 is now a source with 10^5 out-edges
+    plan = gnnio.plan.plan_reduce(g, torch.float32, backward=True)
+    assert plan.heavy_rows is None and plan.heavy_src.tolist() == [0]
+    assert "backward: 1 sources" in plan.reason
+    items = plan.heavy_src_items
+    assert items[0, 1].item() == 0 and items[-1, 2].item() == g.out_degree()[0].item()
+    assert (items[1:, 1] == items[:-1, 2]).all()  # tiles cover the row without gaps
+
+
 @pytest.mark.cuda
+@pytest.mark.parametrize("hub_side", ["dst", "src"])
 @pytest.mark.parametrize("degree_aware", [True, False])
 @pytest.mark.parametrize("reduce", ["max", "min"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_cuda_matches_cpu_bitwise(reduce, dtype, degree_aware):
-    # A 10^6-neighbour hub (heavy tiles merged by packed atomics) plus light rows; few distinct
-    # values so that ties are everywhere: the lowest slot must win on both devices.
+def test_cuda_matches_cpu_bitwise(reduce, dtype, degree_aware, hub_side):
+    # A 10^6-neighbour hub (heavy tiles merged by packed atomics; as a source, backward tiles
+    # summed in item order) plus light rows; few distinct values so that ties are everywhere:
+    # the lowest slot must win on both devices. Integer gradients make every sum order exact.
     ei, n = hub(1_000_000)
+    if hub_side == "src":
+        ei = ei.flip(0)
     x = torch.randint(-4, 5, (n, 33)).to(dtype)
     cpu = gnnio.ops.segment_reduce(gnnio.Graph(ei, num_nodes=n), x.float(), reduce, return_arg=True)
     g = gnnio.Graph(ei.cuda(), num_nodes=n)

@@ -169,6 +169,7 @@ __global__ void backward_kernel(SegmentReduceBackwardParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * kWarps;
   for (int64_t j = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; j < p.num_src; j += warps) {
+    if (rowptr_t[j + 1] - rowptr_t[j] > p.light_max_degree) continue;  // heavy: tiles own it
     for (int64_t f = int64_t(lane) * V; f < p.width; f += 32 * V) {
       acc_t acc[V] = {};
       for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
@@ -180,6 +181,54 @@ __global__ void backward_kernel(SegmentReduceBackwardParams p) {
       }
       for (int i = 0; i < V; ++i) gx[j * p.width + f + i] = from_acc<scalar_t>(acc[i]);
     }
+  }
+}
+
+// Backward, heavy sources: block b sums work item b (a chunk of one heavy source's transposed
+// slots) for a 32-feature tile; warps split the chunk and are added in warp order.
+template <typename scalar_t, typename index_t>
+__global__ void backward_heavy_tile_kernel(SegmentReduceBackwardParams p, acc_type_t<scalar_t>* partial) {
+  using acc_t = acc_type_t<scalar_t>;
+  __shared__ acc_t sums[kWarps][32];
+  const auto* col_t = static_cast<const index_t*>(p.col_t);
+  const auto* t2c = static_cast<const index_t*>(p.t2c);
+  const auto* arg = static_cast<const index_t*>(p.arg);
+  const auto* g = static_cast<const scalar_t*>(p.grad_out);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t item = blockIdx.x;
+  const int64_t begin = p.heavy_items[item * 3 + 1], end = p.heavy_items[item * 3 + 2];
+  const int64_t f = int64_t(blockIdx.y) * 32 + lane;
+  acc_t acc = 0;
+  if (f < p.width) {
+    for (int64_t k = begin + warp; k < end; k += kWarps) {
+      const int64_t r = col_t[k];
+      if (arg[r * p.width + f] == t2c[k]) acc += to_acc(g[r * p.width + f]);
+    }
+  }
+  sums[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0 && f < p.width) {
+    for (int w = 1; w < kWarps; ++w) acc += sums[w][lane];
+    partial[item * p.width + f] = acc;
+  }
+}
+
+// One thread per (first item of a heavy source, feature): adds that source's partials in order.
+template <typename scalar_t>
+__global__ void backward_heavy_finalize_kernel(SegmentReduceBackwardParams p,
+                                               const acc_type_t<scalar_t>* partial) {
+  using acc_t = acc_type_t<scalar_t>;
+  auto* gx = static_cast<scalar_t*>(p.grad_x);
+  const int64_t n = p.num_items * p.width;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t item = i / p.width, f = i % p.width;
+    const int64_t owner = p.heavy_items[item * 3];
+    if (item > 0 && p.heavy_items[(item - 1) * 3] == owner) continue;  // not the owner's first
+    acc_t acc = 0;
+    for (int64_t it = item; it < p.num_items && p.heavy_items[it * 3] == owner; ++it)
+      acc += partial[it * p.width + f];
+    gx[p.heavy_rows[owner] * p.width + f] = from_acc<scalar_t>(acc);
   }
 }
 
@@ -223,7 +272,12 @@ void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* st
   });
 }
 
-void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* stream) {
+size_t segment_reduce_backward_cuda_workspace_bytes(const SegmentReduceBackwardParams& p) {
+  const size_t acc = p.scalar_type == ScalarType::kFloat64 ? sizeof(double) : sizeof(float);
+  return static_cast<size_t>(p.num_items * p.width) * acc;
+}
+
+void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* workspace, void* stream) {
   if (p.num_src == 0 || p.width == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
@@ -236,6 +290,12 @@ void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* st
       backward_kernel<scalar_t, index_t, 16 / sizeof(scalar_t)><<<blocks_for(p.num_src * 32), kThreads, 0, s>>>(p);
     else
       backward_kernel<scalar_t, index_t, 1><<<blocks_for(p.num_src * 32), kThreads, 0, s>>>(p);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+    if (p.num_items == 0) return;
+    auto* partial = static_cast<acc_type_t<scalar_t>*>(workspace);
+    const dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>((p.width + 31) / 32));
+    backward_heavy_tile_kernel<scalar_t, index_t><<<grid, kThreads, 0, s>>>(p, partial);
+    backward_heavy_finalize_kernel<scalar_t><<<blocks_for(p.num_items * p.width), kThreads, 0, s>>>(p, partial);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   });
 }

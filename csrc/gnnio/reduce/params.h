@@ -58,6 +58,15 @@ struct SegmentReduceBackwardParams {
 
   int64_t num_src = 0;
   int64_t width = 0;
+
+  // The same degree-aware split over the transpose (CUDA): sources with more than
+  // light_max_degree out-edges are summed by 2-D tiles into per-item partials, which a second
+  // kernel adds in item order (fixed order: still the same bits every run).
+  const int64_t* heavy_rows = nullptr;   // [num_heavy] source ids, increasing
+  const int64_t* heavy_items = nullptr;  // [num_items, 3]: (heavy index, first slot, end slot)
+  int64_t num_heavy = 0;
+  int64_t num_items = 0;
+  int64_t light_max_degree = INT64_MAX;
 };
 
 void segment_reduce_cpu(const SegmentReduceParams& p);
@@ -67,7 +76,9 @@ void segment_reduce_backward_cpu(const SegmentReduceBackwardParams& p);
 // Workspace: num_heavy * width 64-bit keys (0 bytes without heavy rows).
 size_t segment_reduce_cuda_workspace_bytes(const SegmentReduceParams& p);
 void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* stream);
-void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* stream);
+// Workspace: num_items * width accumulators (float, double for float64).
+size_t segment_reduce_backward_cuda_workspace_bytes(const SegmentReduceBackwardParams& p);
+void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* workspace, void* stream);
 #endif
 
 }  // namespace gnnio

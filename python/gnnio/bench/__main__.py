@@ -176,7 +176,7 @@ def _bench_segment_reduce(name, x, gout, ei, n, device, dtype, args, rows):
                    fwd_bwd_ms=both, peak_extra_gib=mem, floor_bytes=floor_bytes)
         if impl == "gnnio":
             ours = out
-            row["plan"] = gnnio.plan.plan_reduce(graph, dtype, degree_aware).reason if x.is_cuda else "cpu"
+            row["plan"] = gnnio.plan.plan_reduce(graph, dtype, degree_aware, backward=True).reason if x.is_cuda else "cpu"
         else:
             row["max_rel_diff_vs_gnnio"] = rel_diff(out, ours)
         rows.append(row)
