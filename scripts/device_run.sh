@@ -58,7 +58,7 @@ for stage in $stages; do
       ;;
     bench-attention)
       for dtype in float32 bfloat16; do
-        python3 -m gnnio.bench --graphs standard,real --dtype $dtype --layers "GATConv,GATv2Conv,TransformerConv" \
+        python3 -m gnnio.bench --graphs standard,real --dtype $dtype --layers "graph_attention(gat),graph_attention(gatv2),graph_attention(dot),GATConv,GATv2Conv,TransformerConv" \
           --out "$OUT/nvidia-h200-attention-$dtype.json" 2>&1 | tee "$OUT/bench-attention-$dtype.log" | tail -90
       done
       ;;

@@ -1,4 +1,4 @@
-"""Exercises every CUDA kernel (SpMM, SDDMM, segment reduce light/heavy/backward) once on awkward shapes, for compute-sanitizer (memcheck):
+"""Exercises every CUDA kernel (SpMM, SDDMM, segment reduce, graph attention) once on awkward shapes, for compute-sanitizer (memcheck):
 empty graph, isolated nodes, a hub, bipartite, odd widths, half types. Run on a GPU machine."""
 import torch
 
@@ -31,5 +31,34 @@ for ei, size in cases:
             except RuntimeError as e:
                 failures += 1
                 print(f"FAILED size={size} E={ei.size(1)} width={width} {dtype}: {str(e)[:300]}")
+
+def attention_operands(kind, ns, nd, e, heads, channels, dtype):
+    def r(*shape):
+        return torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=True)
+    if kind == "gat":
+        return dict(src_score=r(ns, heads), dst_score=r(nd, heads), edge_score=r(e, heads))
+    ops = dict(key=r(ns, heads, channels), query=r(nd, heads, channels), edge_key=r(e, heads, channels))
+    if kind == "gatv2":
+        ops["att"] = r(heads, channels)
+    else:
+        ops["edge_value"] = r(e, heads, channels)
+    return ops
+
+
+for ei, size in cases:
+    g = gnnio.Graph(ei.cuda(), size=size)
+    for channels in (1, 3, 33, 130):
+        for dtype in (torch.float32, torch.bfloat16):
+            for kind in ("gat", "gatv2", "dot"):
+                try:
+                    v = torch.randn(size[0], 2, channels, device="cuda", dtype=dtype, requires_grad=True)
+                    ops = attention_operands(kind, size[0], size[1], ei.size(1), 2, channels, dtype)
+                    out, w = gnnio.ops.graph_attention(g, kind, v, **ops, dropout=0.2, seed=1,
+                                                       return_weights=True)
+                    out.backward(torch.randn_like(out))
+                    torch.cuda.synchronize()
+                except RuntimeError as e:
+                    failures += 1
+                    print(f"FAILED attention {kind} size={size} C={channels} {dtype}: {str(e)[:300]}")
 print(f"sanitize cases ran, {failures} failed")
 raise SystemExit(1 if failures else 0)

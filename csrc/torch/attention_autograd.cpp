@@ -1,9 +1,11 @@
-// Autograd of gnnio::gat: the forward saves only out and the softmax stats (O(N x H x C), O(N x H));
-// gat_backward recomputes the attention weights from them.
+// Autograd of gnnio::graph_attention: the forward saves only its inputs, out and the softmax
+// stats (O(N x H x C) and O(N x H)); graph_attention_backward recomputes the weights from them.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
+
+#include "attention_common.h"
 
 namespace gnnio::binding {
 namespace {
@@ -11,66 +13,114 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-using GatSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
-                                                  const at::Tensor&, const c10::optional<at::Tensor>&,
-                                                  const at::Tensor&, int64_t, double,
-                                                  const at::Tensor&, const at::Tensor&);
-using GatBackwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-    const at::Tensor&, double);
+constexpr int kValueArg = 3;     // schema position of value; the 8 operands follow it
+constexpr int kNumArgs = 27;
 
-c10::optional<at::Tensor> opt(const at::Tensor& t) {
-  return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt;
-}
+using ForwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const OptTensor&,
+    const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
+    const OptTensor&, const OptTensor&, int64_t, double, double, double, int64_t, bool,
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
+    int64_t, const OptTensor&, const OptTensor&, int64_t);
+using BackwardSig = std::vector<at::Tensor>(
+    const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const c10::List<OptTensor>&,
+    int64_t, at::ArrayRef<double>, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+    const c10::List<OptTensor>&, at::IntArrayRef, const at::Tensor&, const at::Tensor&,
+    const at::Tensor&, at::IntArrayRef);
 
-class GatFunction : public torch::autograd::Function<GatFunction> {
+OptTensor opt(const at::Tensor& t) { return t.defined() ? OptTensor(t) : c10::nullopt; }
+at::Tensor plain(const OptTensor& t) { return t.has_value() ? *t : at::Tensor(); }
+
+class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& rowptr, const at::Tensor& col,
-                               const at::Tensor& alpha_src, const c10::optional<at::Tensor>& alpha_dst,
-                               const at::Tensor& h_src, int64_t num_dst, double negative_slope,
-                               const at::Tensor& rowptr_t, const at::Tensor& col_t) {
+  static variable_list forward(
+      AutogradContext* ctx, const at::Tensor& rowptr, const at::Tensor& col, int64_t kind,
+      const at::Tensor& value, const OptTensor& src_score, const OptTensor& dst_score,
+      const OptTensor& edge_score, const OptTensor& query, const OptTensor& key,
+      const OptTensor& edge_key, const OptTensor& att, const OptTensor& edge_value, int64_t num_dst,
+      double negative_slope, double scale, double dropout, int64_t seed, bool need_weights,
+      const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
+      const OptTensor& heavy_rows, const OptTensor& heavy_items, int64_t light_max_degree,
+      const OptTensor& heavy_src, const OptTensor& heavy_src_items, int64_t light_max_out_degree) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("gnnio::gat", "").typed<GatSig>();
-    auto [out, stats] = op.call(rowptr, col, alpha_src, alpha_dst, h_src, num_dst, negative_slope,
-                              rowptr_t, col_t);
-    ctx->mark_non_differentiable({stats});
-    ctx->save_for_backward({rowptr, col, alpha_src, alpha_dst.has_value() ? *alpha_dst : at::Tensor(),
-                            h_src, out, stats, rowptr_t, col_t});
-    ctx->saved_data["negative_slope"] = negative_slope;
-    return {out, stats};
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("gnnio::graph_attention", "")
+                         .typed<ForwardSig>();
+    auto [out, stats, weights] =
+        op.call(rowptr, col, kind, value, src_score, dst_score, edge_score, query, key, edge_key,
+                att, edge_value, num_dst, negative_slope, scale, dropout, seed, need_weights,
+                rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree, heavy_src,
+                heavy_src_items, light_max_out_degree);
+    ctx->mark_non_differentiable({stats, weights});
+    ctx->save_for_backward({rowptr, col, value, plain(src_score), plain(dst_score),
+                            plain(edge_score), plain(query), plain(key), plain(edge_key),
+                            plain(att), plain(edge_value), rowptr_t, col_t, t2c, plain(heavy_rows),
+                            plain(heavy_items), plain(heavy_src), plain(heavy_src_items), out,
+                            stats});
+    ctx->saved_data["kind"] = kind;
+    ctx->saved_data["num_dst"] = num_dst;
+    ctx->saved_data["coeffs"] = std::vector<double>{negative_slope, scale, dropout};
+    ctx->saved_data["seed"] = seed;
+    ctx->saved_data["light_max"] = std::vector<int64_t>{light_max_degree, light_max_out_degree};
+    // Which gradients to compute, from the inputs themselves (needs_input_grad counts only
+    // tensor arguments, which would make the indices depend on the schema's scalar positions).
+    std::vector<int64_t> needs{value.requires_grad()};
+    for (const OptTensor* t : {&src_score, &dst_score, &edge_score, &query, &key, &edge_key, &att,
+                               &edge_value})
+      needs.push_back(t->has_value() && (*t)->requires_grad());
+    ctx->saved_data["needs"] = needs;
+    return {out, stats, weights};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto s = ctx->get_saved_variables();
+    variable_list result(kNumArgs);
+    const std::vector<int64_t> needs = ctx->saved_data["needs"].toIntVector();
+    bool any = false;
+    for (int64_t n : needs) any |= n != 0;
+    if (!any || !grads[0].defined()) return result;
+    TORCH_CHECK_VALUE(s[11].numel() > 0,
+                      "graph_attention backward needs the transposed CSR (built when the forward "
+                      "saw an input that requires grad)");
     static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("gnnio::gat_backward", "")
-                         .typed<GatBackwardSig>();
-    TORCH_CHECK_VALUE(s[7].numel() > 0, "gat backward needs the transposed CSR (rowptr_t, col_t)");
-    auto [grad_h, grad_as, grad_ad] =
-        op.call(s[0], s[1], s[2], opt(s[3]), s[4], s[5], s[6], s[7], s[8], grads[0].contiguous(),
-                ctx->saved_data["negative_slope"].toDouble());
-    return {at::Tensor(), at::Tensor(), grad_as, s[3].defined() ? grad_ad : at::Tensor(), grad_h,
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+                         .findSchemaOrThrow("gnnio::graph_attention_backward", "")
+                         .typed<BackwardSig>();
+    c10::List<OptTensor> operands;
+    for (int i = 3; i < 11; ++i) operands.push_back(opt(s[i]));
+    c10::List<OptTensor> splits;
+    for (int i = 14; i < 18; ++i) splits.push_back(opt(s[i]));
+    const auto coeffs = ctx->saved_data["coeffs"].toDoubleVector();
+    auto g = op.call(s[0], s[1], ctx->saved_data["kind"].toInt(), s[2], operands,
+                     ctx->saved_data["num_dst"].toInt(), coeffs, ctx->saved_data["seed"].toInt(),
+                     s[11], s[12], s[13], splits, ctx->saved_data["light_max"].toIntVector(),
+                     s[18], s[19], grads[0].contiguous(), needs);
+    for (int i = 0; i < 9; ++i)
+      if (needs[i]) result[kValueArg + i] = g[i];
+    return result;
   }
 };
 
-std::tuple<at::Tensor, at::Tensor> gat_autograd(const at::Tensor& rowptr, const at::Tensor& col,
-                                                const at::Tensor& alpha_src,
-                                                const c10::optional<at::Tensor>& alpha_dst,
-                                                const at::Tensor& h_src, int64_t num_dst,
-                                                double negative_slope, const at::Tensor& rowptr_t,
-                                                const at::Tensor& col_t) {
-  auto outs = GatFunction::apply(rowptr, col, alpha_src, alpha_dst, h_src, num_dst, negative_slope,
-                                 rowptr_t, col_t);
-  return {outs[0], outs[1]};
+std::tuple<at::Tensor, at::Tensor, at::Tensor> graph_attention_autograd(
+    const at::Tensor& rowptr, const at::Tensor& col, int64_t kind, const at::Tensor& value,
+    const OptTensor& src_score, const OptTensor& dst_score, const OptTensor& edge_score,
+    const OptTensor& query, const OptTensor& key, const OptTensor& edge_key, const OptTensor& att,
+    const OptTensor& edge_value, int64_t num_dst, double negative_slope, double scale,
+    double dropout, int64_t seed, bool need_weights, const at::Tensor& rowptr_t,
+    const at::Tensor& col_t, const at::Tensor& t2c, const OptTensor& heavy_rows,
+    const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
+    const OptTensor& heavy_src_items, int64_t light_max_out_degree) {
+  auto outs = GraphAttentionFunction::apply(
+      rowptr, col, kind, value, src_score, dst_score, edge_score, query, key, edge_key, att,
+      edge_value, num_dst, negative_slope, scale, dropout, seed, need_weights, rowptr_t, col_t, t2c,
+      heavy_rows, heavy_items, light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
+  return {outs[0], outs[1], outs[2]};
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(gnnio, Autograd, m) {
-  m.impl("gat", &gat_autograd);
-  m.impl("gat_backward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("graph_attention", &graph_attention_autograd);
+  m.impl("graph_attention_backward", torch::autograd::autogradNotImplementedFallback());
 }
 
 }  // namespace gnnio::binding

@@ -1,5 +1,9 @@
-// Validation and params filling for the attention family (shared by the CPU and CUDA bindings).
+// Validation and params filling for the attention family (shared by the CPU and CUDA bindings
+// and by the autograd function, which saves AttentionInputs between the passes).
 #pragma once
+
+#include <array>
+#include <vector>
 
 #include "common.h"
 #include "gnnio/attention/params.h"
@@ -7,42 +11,270 @@
 
 namespace gnnio::binding {
 
-inline GatParams gat_params(const at::Tensor& rowptr, const at::Tensor& col,
-                            const at::Tensor& alpha_src, const c10::optional<at::Tensor>& alpha_dst,
-                            const at::Tensor& h_src, int64_t num_dst, double negative_slope) {
-  check_csr(rowptr, col, num_dst, "gat");
-  TORCH_CHECK_VALUE(h_src.dim() == 3 && h_src.is_contiguous(),
-                    text("gat: h_src must be contiguous [num_src, heads, channels], got ",
-                         sizes_text(h_src.sizes())));
-  const int64_t num_src = h_src.size(0), heads = h_src.size(1);
-  TORCH_CHECK_VALUE(alpha_src.dim() == 2 && alpha_src.size(0) == num_src &&
-                        alpha_src.size(1) == heads && alpha_src.is_contiguous(),
-                    text("gat: alpha_src must be contiguous [num_src, heads] = [", num_src, ", ",
-                         heads, "], got ", sizes_text(alpha_src.sizes())));
-  TORCH_CHECK_TYPE(alpha_src.scalar_type() == h_src.scalar_type(), "gat: alpha_src and h_src must share a dtype");
-  for (const at::Tensor* t : {&rowptr, &col, &alpha_src}) check_same_device(*t, "graph/alpha", h_src, "h_src");
-  GatParams p;
-  if (alpha_dst.has_value()) {
-    TORCH_CHECK_VALUE(alpha_dst->dim() == 2 && alpha_dst->size(0) == num_dst &&
-                          alpha_dst->size(1) == heads && alpha_dst->is_contiguous(),
-                      text("gat: alpha_dst must be contiguous [num_dst, heads] = [", num_dst, ", ",
-                           heads, "], got ", sizes_text(alpha_dst->sizes())));
-    TORCH_CHECK_TYPE(alpha_dst->scalar_type() == h_src.scalar_type(), "gat: alpha_dst and h_src must share a dtype");
-    check_same_device(*alpha_dst, "alpha_dst", h_src, "h_src");
-    p.alpha_dst = alpha_dst->data_ptr();
+using OptTensor = c10::optional<at::Tensor>;
+
+// Every operand of gnnio::graph_attention, in schema order.
+struct AttentionInputs {
+  at::Tensor rowptr, col;
+  int64_t kind = 0;
+  at::Tensor value;
+  // src_score, dst_score, edge_score, query, key, edge_key, att, edge_value
+  std::array<OptTensor, 8> operands;
+  int64_t num_dst = 0;
+  double negative_slope = 0.2, scale = 1.0, dropout = 0.0;
+  int64_t seed = 0;
+  at::Tensor rowptr_t, col_t, t2c;
+  OptTensor heavy_rows, heavy_items;
+  int64_t light_max_degree = INT64_MAX;
+  OptTensor heavy_src, heavy_src_items;
+  int64_t light_max_out_degree = INT64_MAX;
+};
+
+enum Operand { kSrcScore, kDstScore, kEdgeScore, kQuery, kKey, kEdgeKey, kAtt, kEdgeValue };
+inline constexpr const char* kOperandNames[8] = {"src_score", "dst_score", "edge_score", "query",
+                                                 "key", "edge_key", "att", "edge_value"};
+
+inline at::ScalarType accumulator_dtype(const at::Tensor& value) {
+  return value.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+inline const void* ptr_or_null(const OptTensor& t) { return t.has_value() ? t->data_ptr() : nullptr; }
+
+// The split a planner tensor pair describes (CUDA); empty when absent.
+inline RowSplit row_split_of(const OptTensor& heavy, const OptTensor& items, int64_t light_max,
+                             const at::Tensor& like, const char* what) {
+  RowSplit split;
+  if (!heavy.has_value() || !items.has_value() || heavy->numel() == 0) return split;
+  TORCH_CHECK_VALUE(heavy->scalar_type() == at::kLong && items->scalar_type() == at::kLong &&
+                        heavy->dim() == 1 && items->dim() == 2 && items->size(1) == 3 &&
+                        heavy->is_contiguous() && items->is_contiguous(),
+                    text(what, ": heavy rows must be int64 [H] and items int64 [I, 3]"));
+  check_same_device(*heavy, "heavy rows", like, what);
+  check_same_device(*items, "heavy items", like, what);
+  split.heavy_rows = heavy->data_ptr<int64_t>();
+  split.heavy_items = items->data_ptr<int64_t>();
+  split.num_heavy = heavy->numel();
+  split.num_items = items->size(0);
+  split.light_max_degree = light_max;
+  return split;
+}
+
+inline AttentionParams attention_params(const AttentionInputs& in) {
+  check_csr(in.rowptr, in.col, in.num_dst, "graph_attention");
+  TORCH_CHECK_VALUE(in.kind >= 0 && in.kind <= 2, text("graph_attention: kind must be 0, 1 or 2, got ", in.kind));
+  const at::Tensor& v = in.value;
+  TORCH_CHECK_VALUE(v.dim() == 3 && v.is_contiguous(),
+                    text("graph_attention: value must be contiguous [num_src, heads, channels], got ",
+                         sizes_text(v.sizes())));
+  TORCH_CHECK_VALUE(in.dropout >= 0.0 && in.dropout < 1.0, "graph_attention: dropout must be in [0, 1)");
+  const int64_t ns = v.size(0), H = v.size(1), C = v.size(2), nd = in.num_dst, nnz = in.col.numel();
+  const std::vector<int64_t> shapes[8] = {{ns, H}, {nd, H}, {nnz, H}, {nd, H, C},
+                                          {ns, H, C}, {nnz, H, C}, {H, C}, {nnz, H, C}};
+  for (int i = 0; i < 8; ++i) {
+    const OptTensor& t = in.operands[i];
+    if (!t.has_value()) continue;
+    TORCH_CHECK_VALUE(t->sizes() == at::IntArrayRef(shapes[i]) && t->is_contiguous(),
+                      text("graph_attention: ", kOperandNames[i], " must be contiguous ",
+                           sizes_text(shapes[i]), ", got ", sizes_text(t->sizes())));
+    TORCH_CHECK_TYPE(t->scalar_type() == v.scalar_type(),
+                     text("graph_attention: ", kOperandNames[i], " must have value's dtype"));
+    check_same_device(*t, kOperandNames[i], v, "value");
   }
-  p.rowptr = rowptr.data_ptr();
-  p.col = col.data_ptr();
-  p.index_type = index_type_of(rowptr, "rowptr");
-  p.alpha_src = alpha_src.data_ptr();
-  p.h_src = h_src.data_ptr();
-  p.scalar_type = scalar_type_of(h_src, "h_src");
-  p.num_dst = num_dst;
-  p.num_src = num_src;
-  p.heads = heads;
-  p.channels = h_src.size(2);
-  p.negative_slope = negative_slope;
+  const auto& op = in.operands;
+  const auto kind = static_cast<ScoreKind>(in.kind);
+  if (kind == ScoreKind::kGat) {
+    TORCH_CHECK_VALUE(op[kSrcScore].has_value(), "graph_attention: kind gat needs src_score");
+  } else {
+    TORCH_CHECK_VALUE(op[kQuery].has_value() && op[kKey].has_value(),
+                      "graph_attention: kinds gatv2 and dot need query and key");
+    TORCH_CHECK_VALUE(kind != ScoreKind::kGatV2 || op[kAtt].has_value(),
+                      "graph_attention: kind gatv2 needs att");
+  }
+  check_same_device(in.rowptr, "rowptr", v, "value");
+  check_same_device(in.col, "col", v, "value");
+  AttentionParams p;
+  p.rowptr = in.rowptr.data_ptr();
+  p.col = in.col.data_ptr();
+  p.index_type = index_type_of(in.rowptr, "rowptr");
+  p.kind = kind;
+  p.scalar_type = scalar_type_of(v, "value");
+  p.num_dst = nd;
+  p.num_src = ns;
+  p.nnz = nnz;
+  p.heads = H;
+  p.channels = C;
+  p.src_score = ptr_or_null(op[kSrcScore]);
+  p.dst_score = ptr_or_null(op[kDstScore]);
+  p.edge_score = ptr_or_null(op[kEdgeScore]);
+  p.query = ptr_or_null(op[kQuery]);
+  p.key = ptr_or_null(op[kKey]);
+  p.edge_key = ptr_or_null(op[kEdgeKey]);
+  p.att = ptr_or_null(op[kAtt]);
+  p.edge_value = ptr_or_null(op[kEdgeValue]);
+  p.value = v.data_ptr();
+  p.negative_slope = in.negative_slope;
+  p.scale = in.scale;
+  p.dropout = in.dropout;
+  p.seed = static_cast<uint64_t>(in.seed);
+  p.split = row_split_of(in.heavy_rows, in.heavy_items, in.light_max_degree, v, "graph_attention");
   return p;
+}
+
+// Forward outputs: out [num_dst, H, C] (value's dtype), stats [num_dst, H, 2] and, when asked
+// for, weights [nnz, H] (accumulator dtype; else an empty tensor).
+inline std::array<at::Tensor, 3> attention_outputs(AttentionParams& p, const at::Tensor& value,
+                                                   bool need_weights) {
+  const auto acc = value.options().dtype(accumulator_dtype(value));
+  auto out = at::empty({p.num_dst, p.heads, p.channels}, value.options());
+  auto stats = at::empty({p.num_dst, p.heads, 2}, acc);
+  auto weights = at::empty({need_weights ? p.nnz : 0, p.heads}, acc);
+  p.out = out.data_ptr();
+  p.stats = stats.data_ptr();
+  p.weights = need_weights ? weights.data_ptr() : nullptr;
+  return {out, stats, weights};
+}
+
+// Backward params and the gradient tensors (the nine of AttentionInputs' operands plus value,
+// order: value, then operands; empty tensors where not needed). grad_att is returned as the
+// per-destination partial; attention_finish_grads reduces it.
+struct AttentionGrads {
+  at::Tensor value;
+  std::array<at::Tensor, 8> operands;
+  at::Tensor att_partial, delta;
+};
+
+inline AttentionBackwardParams attention_backward_params(const AttentionInputs& in,
+                                                         const at::Tensor& out, const at::Tensor& stats,
+                                                         const at::Tensor& grad_out,
+                                                         at::IntArrayRef needs, AttentionGrads& g) {
+  AttentionBackwardParams b;
+  b.fwd = attention_params(in);
+  const auto& v = in.value;
+  TORCH_CHECK_VALUE(needs.size() == 9, "graph_attention backward: needs must have 9 entries");
+  TORCH_CHECK_VALUE(grad_out.sizes() == out.sizes() && grad_out.is_contiguous() && out.is_contiguous() &&
+                        out.sizes() == at::IntArrayRef({b.fwd.num_dst, b.fwd.heads, b.fwd.channels}),
+                    "graph_attention backward: grad_out and out must be contiguous [num_dst, H, C]");
+  TORCH_CHECK_VALUE(stats.is_contiguous() && stats.scalar_type() == accumulator_dtype(v) &&
+                        stats.sizes() == at::IntArrayRef({b.fwd.num_dst, b.fwd.heads, 2}),
+                    "graph_attention backward: stats must be the forward's [num_dst, H, 2]");
+  check_csr(in.rowptr_t, in.col_t, b.fwd.num_src, "graph_attention backward");
+  TORCH_CHECK_VALUE(in.col_t.numel() == b.fwd.nnz && in.t2c.numel() == b.fwd.nnz &&
+                        in.t2c.scalar_type() == in.col_t.scalar_type() && in.t2c.is_contiguous(),
+                    "graph_attention backward needs the transposed CSR (rowptr_t, col_t) and t2c");
+  b.fwd.out = const_cast<void*>(out.data_ptr());
+  b.fwd.stats = const_cast<void*>(stats.data_ptr());
+  b.grad_out = grad_out.data_ptr();
+  b.rowptr_t = in.rowptr_t.data_ptr();
+  b.col_t = in.col_t.data_ptr();
+  b.t2c = in.t2c.data_ptr();
+  b.split_t = row_split_of(in.heavy_src, in.heavy_src_items, in.light_max_out_degree, v,
+                           "graph_attention backward");
+  const auto acc = v.options().dtype(accumulator_dtype(v));
+  auto alloc = [&](bool need, const at::Tensor& like) {
+    return need ? at::empty_like(like) : at::empty({0}, v.options());
+  };
+  g.value = alloc(needs[0], v);
+  b.grad_value = needs[0] ? g.value.data_ptr() : nullptr;
+  void** slots[8] = {&b.grad_src_score, &b.grad_dst_score, &b.grad_edge_score, &b.grad_query,
+                     &b.grad_key, &b.grad_edge_key, &b.grad_att_partial, &b.grad_edge_value};
+  for (int i = 0; i < 8; ++i) {
+    const bool need = needs[i + 1] && in.operands[i].has_value();
+    if (i == kAtt) {
+      g.att_partial = need ? at::empty({b.fwd.num_dst, b.fwd.heads, b.fwd.channels}, acc)
+                           : at::empty({0}, acc);
+      *slots[i] = need ? g.att_partial.data_ptr() : nullptr;
+      continue;
+    }
+    g.operands[i] = need ? at::empty_like(*in.operands[i]) : at::empty({0}, v.options());
+    *slots[i] = need ? g.operands[i].data_ptr() : nullptr;
+  }
+  g.delta = at::empty({b.fwd.num_dst, b.fwd.heads}, acc);
+  b.delta = g.delta.data_ptr();
+  return b;
+}
+
+// [grad_value, grad_src_score, ..., grad_edge_value], grad_att summed over destinations (in
+// a fixed order: deterministic).
+inline std::vector<at::Tensor> attention_finish_grads(const AttentionInputs& in, AttentionGrads& g) {
+  std::vector<at::Tensor> grads{g.value};
+  for (int i = 0; i < 8; ++i) {
+    if (i == kAtt) {
+      grads.push_back(g.att_partial.dim() == 3 ? g.att_partial.sum(0).to(in.value.scalar_type())
+                                               : at::empty({0}, in.value.options()));
+      continue;
+    }
+    grads.push_back(g.operands[i]);
+  }
+  return grads;
+}
+
+}  // namespace gnnio::binding
+
+namespace gnnio::binding {
+
+// The forward schema's arguments, gathered (every implementation and the autograd start here).
+inline AttentionInputs attention_inputs(
+    const at::Tensor& rowptr, const at::Tensor& col, int64_t kind, const at::Tensor& value,
+    const OptTensor& src_score, const OptTensor& dst_score, const OptTensor& edge_score,
+    const OptTensor& query, const OptTensor& key, const OptTensor& edge_key, const OptTensor& att,
+    const OptTensor& edge_value, int64_t num_dst, double negative_slope, double scale,
+    double dropout, int64_t seed, const at::Tensor& rowptr_t, const at::Tensor& col_t,
+    const at::Tensor& t2c, const OptTensor& heavy_rows, const OptTensor& heavy_items,
+    int64_t light_max_degree, const OptTensor& heavy_src, const OptTensor& heavy_src_items,
+    int64_t light_max_out_degree) {
+  AttentionInputs in;
+  in.rowptr = rowptr;
+  in.col = col;
+  in.kind = kind;
+  in.value = value;
+  in.operands = {src_score, dst_score, edge_score, query, key, edge_key, att, edge_value};
+  in.num_dst = num_dst;
+  in.negative_slope = negative_slope;
+  in.scale = scale;
+  in.dropout = dropout;
+  in.seed = seed;
+  in.rowptr_t = rowptr_t;
+  in.col_t = col_t;
+  in.t2c = t2c;
+  in.heavy_rows = heavy_rows;
+  in.heavy_items = heavy_items;
+  in.light_max_degree = light_max_degree;
+  in.heavy_src = heavy_src;
+  in.heavy_src_items = heavy_src_items;
+  in.light_max_out_degree = light_max_out_degree;
+  return in;
+}
+
+// The backward schema's arguments, gathered.
+inline AttentionInputs attention_backward_inputs(
+    const at::Tensor& rowptr, const at::Tensor& col, int64_t kind, const at::Tensor& value,
+    const c10::List<OptTensor>& operands, int64_t num_dst, at::ArrayRef<double> coeffs, int64_t seed,
+    const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
+    const c10::List<OptTensor>& splits, at::IntArrayRef light_max) {
+  TORCH_CHECK_VALUE(operands.size() == 8 && coeffs.size() == 3 && splits.size() == 4 &&
+                        light_max.size() == 2,
+                    "graph_attention backward: 8 operands, 3 coefficients, 4 split tensors, 2 thresholds");
+  AttentionInputs in;
+  in.rowptr = rowptr;
+  in.col = col;
+  in.kind = kind;
+  in.value = value;
+  for (int i = 0; i < 8; ++i) in.operands[i] = operands.get(i);
+  in.num_dst = num_dst;
+  in.negative_slope = coeffs[0];
+  in.scale = coeffs[1];
+  in.dropout = coeffs[2];
+  in.seed = seed;
+  in.rowptr_t = rowptr_t;
+  in.col_t = col_t;
+  in.t2c = t2c;
+  in.heavy_rows = splits.get(0);
+  in.heavy_items = splits.get(1);
+  in.light_max_degree = light_max[0];
+  in.heavy_src = splits.get(2);
+  in.heavy_src_items = splits.get(3);
+  in.light_max_out_degree = light_max[1];
+  return in;
 }
 
 }  // namespace gnnio::binding

@@ -4,56 +4,45 @@
 namespace gnnio::binding {
 namespace {
 
-std::tuple<at::Tensor, at::Tensor> gat_cpu_impl(const at::Tensor& rowptr, const at::Tensor& col,
-                                                const at::Tensor& alpha_src,
-                                                const c10::optional<at::Tensor>& alpha_dst,
-                                                const at::Tensor& h_src, int64_t num_dst,
-                                                double negative_slope, const at::Tensor& /*rowptr_t*/,
-                                                const at::Tensor& /*col_t*/) {
-  GatParams p = gat_params(rowptr, col, alpha_src, alpha_dst, h_src, num_dst, negative_slope);
-  auto out = at::empty({num_dst, p.heads, p.channels}, h_src.options());
-  auto stats = at::empty({num_dst, p.heads, 2}, h_src.options());
-  p.out = out.data_ptr();
-  p.stats = stats.data_ptr();
-  translate_errors([&] { gat_forward_cpu(p); });
-  return {out, stats};
+std::tuple<at::Tensor, at::Tensor, at::Tensor> graph_attention_cpu_impl(
+    const at::Tensor& rowptr, const at::Tensor& col, int64_t kind, const at::Tensor& value,
+    const OptTensor& src_score, const OptTensor& dst_score, const OptTensor& edge_score,
+    const OptTensor& query, const OptTensor& key, const OptTensor& edge_key, const OptTensor& att,
+    const OptTensor& edge_value, int64_t num_dst, double negative_slope, double scale,
+    double dropout, int64_t seed, bool need_weights, const at::Tensor& rowptr_t,
+    const at::Tensor& col_t, const at::Tensor& t2c, const OptTensor& heavy_rows,
+    const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
+    const OptTensor& heavy_src_items, int64_t light_max_out_degree) {
+  const auto in = attention_inputs(rowptr, col, kind, value, src_score, dst_score, edge_score, query,
+                                   key, edge_key, att, edge_value, num_dst, negative_slope, scale,
+                                   dropout, seed, rowptr_t, col_t, t2c, heavy_rows, heavy_items,
+                                   light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
+  AttentionParams p = attention_params(in);
+  auto [out, stats, weights] = attention_outputs(p, value, need_weights);
+  translate_errors([&] { attention_forward_cpu(p); });
+  return {out, stats, weights};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> gat_backward_cpu_impl(
-    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& alpha_src,
-    const c10::optional<at::Tensor>& alpha_dst, const at::Tensor& h_src, const at::Tensor& out,
-    const at::Tensor& stats, const at::Tensor& rowptr_t, const at::Tensor& col_t,
-    const at::Tensor& grad_out, double negative_slope) {
-  GatBackwardParams b;
-  b.fwd = gat_params(rowptr, col, alpha_src, alpha_dst, h_src, rowptr.numel() - 1, negative_slope);
-  check_csr(rowptr_t, col_t, b.fwd.num_src, "gat backward");
-  const auto g = grad_out.contiguous();
-  TORCH_CHECK_VALUE(g.sizes() == out.sizes() && out.is_contiguous() && stats.is_contiguous() &&
-                        stats.dim() == 3 && stats.size(0) == b.fwd.num_dst &&
-                        stats.size(1) == b.fwd.heads && stats.size(2) == 2,
-                    "gat backward: grad_out, out and stats must match the forward");
-  auto grad_h = at::empty_like(h_src);
-  auto grad_alpha_src = at::empty_like(alpha_src);
-  auto grad_alpha_dst = alpha_dst.has_value() ? at::empty_like(*alpha_dst) : at::empty({0}, h_src.options());
-  auto delta = at::empty({b.fwd.num_dst, b.fwd.heads}, h_src.options().dtype(at::kDouble));
-  b.fwd.out = const_cast<void*>(out.data_ptr());
-  b.fwd.stats = const_cast<void*>(stats.data_ptr());
-  b.rowptr_t = rowptr_t.data_ptr();
-  b.col_t = col_t.data_ptr();
-  b.grad_out = g.data_ptr();
-  b.grad_h_src = grad_h.data_ptr();
-  b.grad_alpha_src = grad_alpha_src.data_ptr();
-  b.grad_alpha_dst = alpha_dst.has_value() ? grad_alpha_dst.data_ptr() : nullptr;
-  b.delta = delta.data_ptr();
-  translate_errors([&] { gat_backward_cpu(b); });
-  return {grad_h, grad_alpha_src, grad_alpha_dst};
+std::vector<at::Tensor> graph_attention_backward_cpu_impl(
+    const at::Tensor& rowptr, const at::Tensor& col, int64_t kind, const at::Tensor& value,
+    const c10::List<OptTensor>& operands, int64_t num_dst, at::ArrayRef<double> coeffs, int64_t seed,
+    const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
+    const c10::List<OptTensor>& splits, at::IntArrayRef light_max, const at::Tensor& out,
+    const at::Tensor& stats, const at::Tensor& grad_out, at::IntArrayRef needs) {
+  const auto in = attention_backward_inputs(rowptr, col, kind, value, operands, num_dst, coeffs, seed,
+                                            rowptr_t, col_t, t2c, splits, light_max);
+  AttentionGrads g;
+  const auto g_out = grad_out.contiguous();
+  const auto b = attention_backward_params(in, out, stats, g_out, needs, g);
+  translate_errors([&] { attention_backward_cpu(b); });
+  return attention_finish_grads(in, g);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(gnnio, CPU, m) {
-  m.impl("gat", &gat_cpu_impl);
-  m.impl("gat_backward", &gat_backward_cpu_impl);
+  m.impl("graph_attention", &graph_attention_cpu_impl);
+  m.impl("graph_attention_backward", &graph_attention_backward_cpu_impl);
 }
 
 }  // namespace gnnio::binding

@@ -81,14 +81,26 @@ TORCH_LIBRARY(gnnio, m) {
   m.def("segment_reduce_backward(Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor arg, "
         "Tensor grad_out, int num_src, Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
         "int light_max_out_degree=4611686018427387904) -> Tensor");
-  // Fused GAT attention over csr_by_dst (online softmax; see gnnio/attention/params.h):
-  // out [num_dst, heads, channels] and stats [num_dst, heads, 2] = (max, sum) of each softmax.
-  // (rowptr_t, col_t) is the transpose, read only by the backward pass.
-  m.def("gat(Tensor rowptr, Tensor col, Tensor alpha_src, Tensor? alpha_dst, Tensor h_src, "
-        "int num_dst, float negative_slope, Tensor rowptr_t, Tensor col_t) -> (Tensor out, Tensor stats)");
-  m.def("gat_backward(Tensor rowptr, Tensor col, Tensor alpha_src, Tensor? alpha_dst, Tensor h_src, "
-        "Tensor out, Tensor stats, Tensor rowptr_t, Tensor col_t, Tensor grad_out, float negative_slope) "
-        "-> (Tensor grad_h_src, Tensor grad_alpha_src, Tensor grad_alpha_dst)");
+  // Fused graph attention over csr_by_dst (online softmax; gnnio/attention/params.h): kind
+  // 0 = GAT, 1 = GATv2, 2 = dot product (Transformer). out [num_dst, H, C], stats [num_dst, H, 2]
+  // = (max, sum) of each softmax, weights [E, H] in slot order when need_weights (else empty).
+  // (rowptr_t, col_t, t2c) is the transpose, read only by the backward pass; the heavy_* and
+  // light_max_* arguments are the planner's super-node split (CUDA; gnnio.plan.plan_attention).
+  m.def("graph_attention(Tensor rowptr, Tensor col, int kind, Tensor value, Tensor? src_score, "
+        "Tensor? dst_score, Tensor? edge_score, Tensor? query, Tensor? key, Tensor? edge_key, "
+        "Tensor? att, Tensor? edge_value, int num_dst, float negative_slope, float scale, "
+        "float dropout, int seed, bool need_weights, Tensor rowptr_t, Tensor col_t, Tensor t2c, "
+        "Tensor? heavy_rows=None, Tensor? heavy_items=None, int light_max_degree=4611686018427387904, "
+        "Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
+        "int light_max_out_degree=4611686018427387904) -> (Tensor out, Tensor stats, Tensor weights)");
+  // Gradients [value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value]
+  // (empty tensors where needs[i] is 0). operands in that order without value; coeffs =
+  // (negative_slope, scale, dropout); splits = (heavy_rows, heavy_items, heavy_src,
+  // heavy_src_items); light_max = (light_max_degree, light_max_out_degree).
+  m.def("graph_attention_backward(Tensor rowptr, Tensor col, int kind, Tensor value, "
+        "Tensor?[] operands, int num_dst, float[] coeffs, int seed, Tensor rowptr_t, Tensor col_t, "
+        "Tensor t2c, Tensor?[] splits, int[] light_max, Tensor out, Tensor stats, "
+        "Tensor grad_out, int[] needs) -> Tensor[]");
   // Parses the bytes of a Matrix Market file (uint8 tensor).
   m.def("parse_mtx(Tensor text) -> (Tensor row, Tensor col, Tensor value, int num_rows, "
         "int num_cols, bool symmetric)");

@@ -58,17 +58,26 @@ def _segment_reduce_backward_fake(rowptr_t, col_t, t2c, arg, grad_out, num_src, 
     return grad_out.new_empty(num_src, grad_out.size(1))
 
 
-@torch.library.register_fake("gnnio::gat")
-def _gat_fake(rowptr, col, alpha_src, alpha_dst, h_src, num_dst, negative_slope, rowptr_t, col_t):
-    return (h_src.new_empty(num_dst, h_src.size(1), h_src.size(2)),
-            h_src.new_empty(num_dst, h_src.size(1), 2))
+@torch.library.register_fake("gnnio::graph_attention")
+def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_score, query, key,
+                          edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,
+                          need_weights, rowptr_t, col_t, t2c, heavy_rows=None, heavy_items=None,
+                          light_max_degree=2**62, heavy_src=None, heavy_src_items=None,
+                          light_max_out_degree=2**62):
+    acc = torch.float64 if value.dtype == torch.float64 else torch.float32
+    heads, channels = value.size(1), value.size(2)
+    return (value.new_empty(num_dst, heads, channels), value.new_empty(num_dst, heads, 2, dtype=acc),
+            value.new_empty(col.numel() if need_weights else 0, heads, dtype=acc))
 
 
-@torch.library.register_fake("gnnio::gat_backward")
-def _gat_backward_fake(rowptr, col, alpha_src, alpha_dst, h_src, out, stats, rowptr_t, col_t,
-                       grad_out, negative_slope):
-    grad_ad = torch.empty_like(alpha_dst) if alpha_dst is not None else h_src.new_empty(0)
-    return torch.empty_like(h_src), torch.empty_like(alpha_src), grad_ad
+@torch.library.register_fake("gnnio::graph_attention_backward")
+def _graph_attention_backward_fake(rowptr, col, kind, value, operands, num_dst, coeffs, seed,
+                                   rowptr_t, col_t, t2c, splits, light_max, out, stats,
+                                   grad_out, needs):
+    grads = [value.new_empty(value.shape) if needs[0] else value.new_empty(0)]
+    for need, t in zip(needs[1:], operands):
+        grads.append(t.new_empty(t.shape) if need and t is not None else value.new_empty(0))
+    return grads
 
 
-# Autograd of spmm, segment_reduce and gat is registered in C++ (csrc/torch/*_autograd.cpp): no Python per call.
+# Autograd of spmm, segment_reduce and graph_attention is registered in C++ (csrc/torch/*_autograd.cpp): no Python per call.

@@ -5,9 +5,9 @@ import torch
 
 from gnnio._ops import ops as _ops
 from gnnio.graph import Graph
-from gnnio.plan import plan_reduce
+from gnnio.plan import plan_attention, plan_reduce
 
-__all__ = ["spmm", "segment_reduce", "gat_attention", "check_features"]
+__all__ = ["spmm", "segment_reduce", "graph_attention", "check_features"]
 
 
 def check_features(x, num_rows: int, graph: Graph, name: str = "x") -> torch.Tensor:
@@ -97,25 +97,119 @@ def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
     return (out, arg) if return_arg else out
 
 
-def gat_attention(graph: Graph, alpha_src: torch.Tensor, alpha_dst: Optional[torch.Tensor],
-                  h_src: torch.Tensor, negative_slope: float = 0.2):
-    r"""Fused GAT attention: for each destination i and head h,
-    :math:`\mathbf{out}_{i,h} = \sum_{j \to i} \mathrm{softmax}_j(\mathrm{LeakyReLU}(
-    \alpha^{src}_{j,h} + \alpha^{dst}_{i,h}))\, \mathbf{h}_{j,h}` in one pass with an online
-    softmax. Returns ``(out [num_dst, H, C], stats [num_dst, H, 2])`` with stats the (max, sum)
-    of each softmax; only these are stored for the backward pass, which recomputes the attention
-    weights. ``alpha_dst`` may be None
-    (bipartite input without destination features). CPU for now."""
-    if not isinstance(h_src, torch.Tensor) or h_src.dim() != 3:
-        raise ValueError("h_src must be a [num_src, heads, channels] Tensor")
-    if h_src.size(0) != graph.num_src:
-        raise ValueError(f"h_src has {h_src.size(0)} rows but the graph has {graph.num_src} sources")
-    if h_src.is_cuda and not torch._C._dispatch_has_kernel_for_dispatch_key("gnnio::gat", "CUDA"):
-        raise NotImplementedError("gnnio's fused attention has no CUDA kernel yet")
+_KINDS = {"gat": 0, "gatv2": 1, "dot": 2}
+
+
+def _edge_term(t, graph, name, shape):
+    """A per-edge operand given in the graph's edge order, moved to csr_by_dst slot order."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
+        raise ValueError(f"{name} must be a Tensor of shape {list(shape)} (edges in the graph's "
+                         f"edge_index order), got {list(t.shape) if isinstance(t, torch.Tensor) else type(t)}")
+    return t[graph.csr_by_dst.perm.long()]
+
+
+def _node_term(t, rows, name, shape):
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
+        raise ValueError(f"{name} must be a Tensor of shape {list(shape)}, got "
+                         f"{list(t.shape) if isinstance(t, torch.Tensor) else type(t)}")
+    return t.contiguous()
+
+
+def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
+                    src_score: Optional[torch.Tensor] = None,
+                    dst_score: Optional[torch.Tensor] = None,
+                    edge_score: Optional[torch.Tensor] = None,
+                    query: Optional[torch.Tensor] = None, key: Optional[torch.Tensor] = None,
+                    edge_key: Optional[torch.Tensor] = None, att: Optional[torch.Tensor] = None,
+                    edge_value: Optional[torch.Tensor] = None, negative_slope: float = 0.2,
+                    scale: float = 1.0, dropout: float = 0.0, seed: Optional[int] = None,
+                    return_weights: bool = False):
+    r"""Fused graph attention, one streaming pass per destination and head (online softmax).
+
+    For each destination :math:`i`, head :math:`h` and edge :math:`j \to i` (index :math:`k`):
+
+    - ``kind='gat'``: :math:`e = \mathrm{LeakyReLU}(s^{src}_{j,h} + s^{dst}_{i,h} + s^{edge}_{k,h})`
+      (``src_score [num_src, H]``, ``dst_score [num_dst, H]`` optional, ``edge_score [E, H]`` optional);
+    - ``kind='gatv2'``: :math:`e = \sum_c a_{h,c}\,\mathrm{LeakyReLU}(K_{j,h,c} + Q_{i,h,c} +
+      K^{edge}_{k,h,c})` (``key [num_src, H, C]``, ``query [num_dst, H, C]``, ``att [H, C]``,
+      ``edge_key [E, H, C]`` optional);
+    - ``kind='dot'``: :math:`e = \mathrm{scale}\sum_c Q_{i,h,c}(K_{j,h,c} + K^{edge}_{k,h,c})`;
+
+    then :math:`\alpha = \mathrm{softmax}_j(e)` (PyG's softmax), dropout on :math:`\alpha` with
+    probability ``dropout`` (a counter-based mask of (seed, edge, head): the backward pass uses the
+    same mask; ``seed=None`` draws one from torch's default generator), and
+    :math:`\mathbf{out}_{i,h} = \sum_j \alpha_{ij} (V_{j,h} + V^{edge}_{k,h})`
+    (``value [num_src, H, C]``, ``edge_value [E, H, C]`` optional).
+
+    Per-edge operands are in the order of the edge_index the graph was built from. Only
+    ``out [num_dst, H, C]`` and a per-(node, head) (max, sum) are stored; the backward pass
+    recomputes the weights. Differentiable in every tensor operand. ``return_weights=True`` also
+    returns the weights ``[E, H]`` (after dropout, edge order; not differentiable): the one case
+    that writes E x H values.
+    """
+    if kind not in _KINDS:
+        raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {kind!r}")
+    if not isinstance(value, torch.Tensor) or value.dim() != 3 or value.size(0) != graph.num_src:
+        raise ValueError(f"value must be a [num_src={graph.num_src}, heads, channels] Tensor, got "
+                         f"{list(value.shape) if isinstance(value, torch.Tensor) else type(value)}")
+    if not value.dtype.is_floating_point:
+        raise TypeError(f"value must be floating point, got {value.dtype}")
+    if value.device != graph.device:
+        raise ValueError(f"value is on {value.device} but the graph is on {graph.device}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    ns, nd, e = graph.num_src, graph.num_dst, graph.num_edges
+    heads, channels = value.size(1), value.size(2)
+    if kind == "gat":
+        if src_score is None:
+            raise ValueError("kind='gat' needs src_score [num_src, heads]")
+        if query is not None or key is not None or att is not None or edge_key is not None:
+            raise ValueError("kind='gat' takes src_score / dst_score / edge_score, not query/key/att")
+    else:
+        if query is None or key is None:
+            raise ValueError(f"kind={kind!r} needs query [num_dst, H, C] and key [num_src, H, C]")
+        if src_score is not None or dst_score is not None or edge_score is not None:
+            raise ValueError(f"kind={kind!r} takes query / key (/ edge_key), not *_score")
+        if kind == "gatv2" and att is None:
+            raise ValueError("kind='gatv2' needs att [heads, channels]")
+    src_score = _node_term(src_score, ns, "src_score", (ns, heads))
+    dst_score = _node_term(dst_score, nd, "dst_score", (nd, heads))
+    query = _node_term(query, nd, "query", (nd, heads, channels))
+    key = _node_term(key, ns, "key", (ns, heads, channels))
+    if att is not None:
+        att = _node_term(att.reshape(heads, channels) if att.numel() == heads * channels else att,
+                         heads, "att", (heads, channels))
+    edge_score = _edge_term(edge_score, graph, "edge_score", (e, heads))
+    edge_key = _edge_term(edge_key, graph, "edge_key", (e, heads, channels))
+    edge_value = _edge_term(edge_value, graph, "edge_value", (e, heads, channels))
+    for name, t in (("src_score", src_score), ("dst_score", dst_score), ("query", query),
+                    ("key", key), ("att", att), ("edge_score", edge_score),
+                    ("edge_key", edge_key), ("edge_value", edge_value)):
+        if t is not None and (t.dtype != value.dtype or t.device != value.device):
+            raise TypeError(f"{name} must have value's dtype and device ({value.dtype}, "
+                            f"{value.device}), got ({t.dtype}, {t.device})")
+    if dropout > 0 and seed is None:
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+    operands = (value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands)
     fwd = graph.csr_by_dst
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (alpha_src, alpha_dst, h_src))
     rowptr_t, col_t = graph.backward_csr(needs_grad)
-    return _ops.gat(fwd.rowptr, fwd.col, alpha_src.contiguous(),
-                    None if alpha_dst is None else alpha_dst.contiguous(), h_src.contiguous(),
-                    graph.num_dst, float(negative_slope), rowptr_t, col_t)
+    t2c = graph.src_slot_to_dst_slot if needs_grad else col_t
+    split = ()
+    if value.is_cuda:
+        plan = plan_attention(graph, heads * channels, backward=needs_grad)
+        split = (plan.heavy_rows, plan.heavy_items, plan.light_max_degree, plan.heavy_src,
+                 plan.heavy_src_items, plan.light_max_out_degree)
+    out, stats, weights = _ops.graph_attention(
+        fwd.rowptr, fwd.col, _KINDS[kind], value.contiguous(), src_score, dst_score, edge_score,
+        query, key, edge_key, att, edge_value, nd, float(negative_slope), float(scale),
+        float(dropout), int(seed or 0), bool(return_weights), rowptr_t, col_t, t2c, *split)
+    if not return_weights:
+        return out
+    in_edge_order = torch.empty_like(weights)
+    in_edge_order[fwd.perm.long()] = weights
+    return out, in_edge_order.to(value.dtype)

@@ -89,3 +89,58 @@ def plan_reduce(graph, dtype: torch.dtype, degree_aware: Optional[bool] = None,
             parts.append(f"backward node-parallel: max out-degree {max_out} <= {out_threshold}")
     return ReducePlan(light_max, EDGE_CHUNK, heavy_rows, heavy_items, "; ".join(parts),
                       light_max_out, heavy_src, heavy_src_items)
+
+
+class AttentionPlan(NamedTuple):
+    light_max_degree: int
+    heavy_rows: Optional[torch.Tensor]
+    heavy_items: Optional[torch.Tensor]
+    reason: str
+    light_max_out_degree: int = NODE_PARALLEL
+    heavy_src: Optional[torch.Tensor] = None
+    heavy_src_items: Optional[torch.Tensor] = None
+
+
+# A warp walks one (node, head) row; rows far above the mean degree are split into chunks of
+# ATTENTION_CHUNK slots whose partial (max, sum, accumulator) are merged exactly afterwards.
+# Initial values, set from the reduction family's; see bench/NOTES.md.
+ATTENTION_CHUNK = 1024
+
+
+def plan_attention(graph, width: int, backward: bool = False,
+                   degree_aware: Optional[bool] = None) -> AttentionPlan:
+    """Super-node split for graph_attention on CUDA: destinations (and, with ``backward``,
+    sources) whose degree would make one warp the long pole of the launch. ``width`` = heads x
+    channels. GNNIO_ATTENTION=node forces the unsplit kernel."""
+    if degree_aware is None:
+        degree_aware = os.environ.get("GNNIO_ATTENTION", "degree") != "node"
+    if not degree_aware:
+        return AttentionPlan(NODE_PARALLEL, None, None, "node-parallel: forced")
+    stats = graph.stats()
+    parts = []
+    threshold = int(max(MIN_HEAVY_DEGREE, HEAVY_OVER_MEAN * stats["mean_in_degree"]))
+    heavy_rows = heavy_items = heavy_src = heavy_src_items = None
+    light_max, light_max_out = NODE_PARALLEL, NODE_PARALLEL
+    if stats["max_in_degree"] > threshold:
+        heavy_rows, heavy_items = graph._cached(
+            ("attention_plan", threshold, ATTENTION_CHUNK),
+            lambda: split_rows(graph.csr_by_dst.rowptr, threshold, ATTENTION_CHUNK))
+        light_max = threshold
+        parts.append(f"super nodes: {heavy_rows.numel()} destinations above {threshold} edges "
+                     f"(max {stats['max_in_degree']}) split into {heavy_items.size(0)} chunks "
+                     f"of {ATTENTION_CHUNK}")
+    else:
+        parts.append(f"no super nodes: max in-degree {stats['max_in_degree']} <= {threshold}")
+    if backward:
+        mean_out = graph.num_edges / max(graph.num_src, 1)
+        out_threshold = int(max(MIN_HEAVY_DEGREE, HEAVY_OVER_MEAN * mean_out))
+        max_out = graph.max_out_degree()
+        if max_out > out_threshold:
+            heavy_src, heavy_src_items = graph._cached(
+                ("attention_plan_t", out_threshold, ATTENTION_CHUNK),
+                lambda: split_rows(graph.csr_by_src.rowptr, out_threshold, ATTENTION_CHUNK))
+            light_max_out = out_threshold
+            parts.append(f"backward: {heavy_src.numel()} sources above {out_threshold} "
+                         f"out-edges (max {max_out}) split")
+    return AttentionPlan(light_max, heavy_rows, heavy_items, "; ".join(parts), light_max_out,
+                         heavy_src, heavy_src_items)

@@ -1,7 +1,14 @@
+// CPU attention kernels: the reference implementation of params.h's contract, and the one CI
+// tests. Same algorithm as the CUDA kernels (one streaming pass per (destination, head) with an
+// online softmax; the backward pass as two gathers, over csr_by_dst then csr_by_src), but every
+// sum is accumulated in double, so the result carries no error beyond the inputs' and outputs'.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "gnnio/attention/dropout.h"
 #include "gnnio/attention/params.h"
 #include "gnnio/common/cpu_dispatch.h"
 
@@ -10,147 +17,376 @@ namespace {
 
 constexpr double kSoftmaxEps = 1e-16;  // PyG's softmax denominator guard
 
-template <typename T>
-inline T leaky(T v, T slope) { return v > T(0) ? v : v * slope; }
+inline double leaky(double v, double slope) { return v > 0 ? v : v * slope; }
+inline double leaky_grad(double v, double slope) { return v > 0 ? 1.0 : slope; }
 
-template <typename T>
-struct Inputs {
-  const T* alpha_src;
-  const T* alpha_dst;
-  const T* h;
-  int64_t H, C;
-  T slope;
-  T raw(int64_t i, int64_t j, int64_t hd) const {
-    return alpha_src[j * H + hd] + (alpha_dst ? alpha_dst[i * H + hd] : T(0));
+template <ScoreKind K>
+using Kind = std::integral_constant<ScoreKind, K>;
+
+// Calls fn(Kind<kind>{}): the score is a compile-time choice, so the per-slot loops carry no
+// switch and the unused operands' loads compile away.
+template <typename Fn>
+void dispatch_kind(ScoreKind kind, Fn&& fn) {
+  switch (kind) {
+    case ScoreKind::kGat: return fn(Kind<ScoreKind::kGat>{});
+    case ScoreKind::kGatV2: return fn(Kind<ScoreKind::kGatV2>{});
+    case ScoreKind::kDot: return fn(Kind<ScoreKind::kDot>{});
   }
-  const T* row(int64_t j, int64_t hd) const { return h + (j * H + hd) * C; }
+  detail::fail(ErrorKind::kInvalidArgument, "attention: unknown score kind ", static_cast<int>(kind));
+}
+
+const char* kind_name(ScoreKind kind) {
+  switch (kind) {
+    case ScoreKind::kGat: return "gat";
+    case ScoreKind::kGatV2: return "gatv2";
+    case ScoreKind::kDot: return "dot";
+  }
+  return "?";
+}
+
+// The forward's operands, typed. Optional operands are nullptr and read as 0, which is also what
+// makes the gradient of an absent operand well defined (the gradient at zero).
+template <typename T>
+struct Operands {
+  int64_t H, C;
+  const T* src_score;
+  const T* dst_score;
+  const T* edge_score;
+  const T* query;
+  const T* key;
+  const T* edge_key;
+  const T* att;
+  const T* value;
+  const T* edge_value;
+  double slope, scale;
+  double dropout, keep_scale;  // keep_scale = 1 / (1 - dropout)
+  uint64_t seed;
+
+  // Row (r, h) of a [rows, H, C] operand, or nullptr for an absent one.
+  const T* vec(const T* base, int64_t r, int64_t h) const {
+    return base ? base + (r * H + h) * C : nullptr;
+  }
+  static double at(const T* row, int64_t c) { return row ? double(row[c]) : 0.0; }
+
+  // GAT's pre-activation: src_score_j + dst_score_i + edge_score_k.
+  double gat_z(int64_t i, int64_t j, int64_t k, int64_t h) const {
+    return double(src_score[j * H + h]) + (dst_score ? double(dst_score[i * H + h]) : 0.0) +
+           (edge_score ? double(edge_score[k * H + h]) : 0.0);
+  }
+
+  // e_k of destination i, source j, slot k, head h.
+  template <ScoreKind K>
+  double score(int64_t i, int64_t j, int64_t k, int64_t h) const {
+    if constexpr (K == ScoreKind::kGat) {
+      return leaky(gat_z(i, j, k, h), slope);
+    } else {
+      const T* q = vec(query, i, h);
+      const T* kj = vec(key, j, h);
+      const T* ek = vec(edge_key, k, h);
+      double e = 0;
+      if constexpr (K == ScoreKind::kGatV2) {
+        const T* a = att + h * C;
+        for (int64_t c = 0; c < C; ++c)
+          e += double(a[c]) * leaky(double(q[c]) + double(kj[c]) + at(ek, c), slope);
+        return e;
+      } else {
+        for (int64_t c = 0; c < C; ++c) e += double(q[c]) * (double(kj[c]) + at(ek, c));
+        return scale * e;
+      }
+    }
+  }
+
+  // r_k = keep_k / (1 - dropout): 0 for a dropped weight, 1 without dropout. The mask is a pure
+  // function of (seed, slot, head), so the backward passes redraw exactly the forward's mask.
+  double keep(int64_t k, int64_t h) const {
+    if (dropout <= 0) return 1.0;
+    return dropout_keep(seed, k, h, H, dropout) ? keep_scale : 0.0;
+  }
 };
 
 template <typename T>
-Inputs<T> inputs(const GatParams& p) {
-  return {static_cast<const T*>(p.alpha_src), static_cast<const T*>(p.alpha_dst),
-          static_cast<const T*>(p.h_src), p.heads, p.channels, static_cast<T>(p.negative_slope)};
+Operands<T> operands(const AttentionParams& p) {
+  auto cast = [](const void* v) { return static_cast<const T*>(v); };
+  return {p.heads,          p.channels,          cast(p.src_score), cast(p.dst_score),
+          cast(p.edge_score), cast(p.query),     cast(p.key),       cast(p.edge_key),
+          cast(p.att),      cast(p.value),       cast(p.edge_value), p.negative_slope,
+          p.scale,          p.dropout,           1.0 / (1.0 - p.dropout), p.seed};
 }
 
-template <typename T, typename index_t>
-void forward(const GatParams& p) {
+void check_forward(const AttentionParams& p) {
+  const char* kind = kind_name(p.kind);
+  GNNIO_CHECK(p.num_dst >= 0 && p.num_src >= 0 && p.heads >= 0 && p.channels >= 0,
+              ErrorKind::kInvalidArgument, "attention: negative size");
+  GNNIO_CHECK(p.rowptr && (p.num_dst == 0 || p.col), ErrorKind::kInvalidArgument,
+              "attention: rowptr and col are required");
+  GNNIO_CHECK(p.dropout >= 0.0 && p.dropout < 1.0, ErrorKind::kInvalidArgument,
+              "attention: dropout must be in [0, 1), got ", p.dropout);
+  GNNIO_CHECK(p.value && p.out && p.stats, ErrorKind::kInvalidArgument,
+              "attention: value, out and stats are required");
+  if (p.kind == ScoreKind::kGat) {
+    GNNIO_CHECK(p.src_score, ErrorKind::kInvalidArgument, "attention(gat) needs src_score");
+    GNNIO_CHECK(!p.query && !p.key && !p.edge_key && !p.att, ErrorKind::kInvalidArgument,
+                "attention(gat) takes src/dst/edge scores, not query/key/edge_key/att");
+  } else {
+    GNNIO_CHECK(p.query && p.key, ErrorKind::kInvalidArgument, "attention(", kind,
+                ") needs query and key");
+    GNNIO_CHECK(p.kind != ScoreKind::kGatV2 || p.att, ErrorKind::kInvalidArgument,
+                "attention(gatv2) needs att");
+    GNNIO_CHECK(!p.src_score && !p.dst_score && !p.edge_score, ErrorKind::kInvalidArgument,
+                "attention(", kind, ") takes query/key, not src/dst/edge scores");
+  }
+}
+
+template <ScoreKind K, typename T, typename index_t>
+void forward(const AttentionParams& p) {
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
   const auto* col = static_cast<const index_t*>(p.col);
-  const Inputs<T> in = inputs<T>(p);
+  const Operands<T> in = operands<T>(p);
+  using acc_t = T;  // stats / weights: float32 for float32, float64 for float64
   auto* out = static_cast<T*>(p.out);
-  auto* stats = static_cast<T*>(p.stats);
+  auto* stats = static_cast<acc_t*>(p.stats);
+  auto* weights = static_cast<acc_t*>(p.weights);
   const int64_t H = p.heads, C = p.channels;
   const int64_t nnz = p.num_dst > 0 ? int64_t(rowptr[p.num_dst]) : 0;
 
-  // The CPU path is the reference implementation: it accumulates in double, so the online
-  // rescaling adds no error beyond the float32 inputs and outputs.
 #pragma omp parallel for schedule(dynamic, 16) if (worth_threads(nnz * H * C))
   for (int64_t i = 0; i < p.num_dst; ++i) {
     std::vector<double> acc(C);
-    for (int64_t hd = 0; hd < H; ++hd) {
-      T m = -std::numeric_limits<T>::infinity();
+    const int64_t begin = rowptr[i], end = rowptr[i + 1];
+    for (int64_t h = 0; h < H; ++h) {
+      double m = -std::numeric_limits<double>::infinity();
       double s = 0;
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t k = rowptr[i]; k < rowptr[i + 1]; ++k) {
+      for (int64_t k = begin; k < end; ++k) {
         const int64_t j = col[k];
-        const T e = leaky(in.raw(i, j, hd), in.slope);
-        if (e > m) {  // new running max: rescale what was summed so far
-          const double scale = std::exp(double(m) - double(e));
-          s *= scale;
-          for (auto& a : acc) a *= scale;
+        const double e = in.template score<K>(i, j, k, h);
+        if (e > m) {  // new running max: rescale what was summed so far (exp(-inf) = 0 at first)
+          const double rescale = std::exp(m - e);
+          s *= rescale;
+          for (auto& a : acc) a *= rescale;
           m = e;
         }
-        const double w = std::exp(double(e) - double(m));
-        s += w;
-        const T* hj = in.row(j, hd);
-        for (int64_t c = 0; c < C; ++c) acc[c] += w * double(hj[c]);
+        const double w = std::exp(e - m);
+        s += w;  // a dropped weight still counts in the softmax's sum: dropout acts after it
+        const double r = in.keep(k, h);
+        if (r == 0) continue;
+        const double wr = w * r;
+        const T* vj = in.vec(in.value, j, h);
+        const T* ev = in.vec(in.edge_value, k, h);
+        for (int64_t c = 0; c < C; ++c) acc[c] += wr * (double(vj[c]) + in.at(ev, c));
       }
-      T* o = out + (i * H + hd) * C;
       const double denom = s + kSoftmaxEps;
+      T* o = out + (i * H + h) * C;
       for (int64_t c = 0; c < C; ++c) o[c] = static_cast<T>(acc[c] / denom);
-      const bool empty = rowptr[i] == rowptr[i + 1];
-      stats[(i * H + hd) * 2] = empty ? T(0) : m;
-      stats[(i * H + hd) * 2 + 1] = static_cast<T>(denom);
+      const bool empty = begin == end;
+      stats[(i * H + h) * 2] = static_cast<acc_t>(empty ? 0.0 : m);
+      stats[(i * H + h) * 2 + 1] = static_cast<acc_t>(denom);
+      // The weights need the row's final (m, s), so they take a second walk over the row: the
+      // scores are recomputed rather than kept, as the CUDA kernel does.
+      if (weights)
+        for (int64_t k = begin; k < end; ++k)
+          weights[k * H + h] = static_cast<acc_t>(
+              std::exp(in.template score<K>(i, col[k], k, h) - m) / denom * in.keep(k, h));
     }
   }
 }
 
-template <typename T, typename index_t>
-void backward(const GatBackwardParams& b) {
-  const GatParams& p = b.fwd;
+// What slot k (edge j -> i, head h) contributes to the backward pass. Passes A and B both get it
+// from here, from the same stored stats and delta, so they agree on every p_k and de_k.
+struct SlotGrad {
+  double pr;  // p~_k = p_k r_k, the weight the forward applied to v_k
+  double de;  // dL/de_k = p_k (r_k dout_i . v_k - D_i)
+};
+
+template <ScoreKind K, typename T>
+SlotGrad slot_grad(const Operands<T>& in, int64_t i, int64_t j, int64_t k, int64_t h,
+                   const T* g_i, double m, double s, double d_i) {
+  const double p = std::exp(in.template score<K>(i, j, k, h) - m) / s;
+  const double r = in.keep(k, h);
+  double gv = 0;
+  if (r != 0) {  // a dropped weight has no value term: de_k = -p_k D_i
+    const T* vj = in.vec(in.value, j, h);
+    const T* ev = in.vec(in.edge_value, k, h);
+    for (int64_t c = 0; c < in.C; ++c) gv += double(g_i[c]) * (double(vj[c]) + in.at(ev, c));
+  }
+  return {p * r, p * (r * gv - d_i)};
+}
+
+void check_backward(const AttentionBackwardParams& b) {
+  const AttentionParams& p = b.fwd;
+  check_forward(p);
+  const char* kind = kind_name(p.kind);
+  GNNIO_CHECK(b.grad_out && b.delta, ErrorKind::kInvalidArgument,
+              "attention backward: grad_out and delta are required");
+  // A gradient of an operand the score does not have is a caller bug, not a zero to write.
+  if (p.kind == ScoreKind::kGat)
+    GNNIO_CHECK(!b.grad_query && !b.grad_key && !b.grad_edge_key && !b.grad_att_partial,
+                ErrorKind::kInvalidArgument,
+                "attention(gat) backward: query/key/edge_key/att gradients requested");
+  else
+    GNNIO_CHECK(!b.grad_src_score && !b.grad_dst_score && !b.grad_edge_score,
+                ErrorKind::kInvalidArgument, "attention(", kind,
+                ") backward: src/dst/edge score gradients requested");
+  GNNIO_CHECK(p.kind == ScoreKind::kGatV2 || !b.grad_att_partial, ErrorKind::kInvalidArgument,
+              "attention(", kind, ") backward: grad_att_partial requested");
+  if (b.grad_src_score || b.grad_key || b.grad_value)
+    GNNIO_CHECK(b.rowptr_t && (p.num_src == 0 || (b.col_t && b.t2c)), ErrorKind::kInvalidArgument,
+                "attention backward: source-side gradients need rowptr_t, col_t and t2c");
+}
+
+template <ScoreKind K, typename T, typename index_t>
+void backward(const AttentionBackwardParams& b) {
+  const AttentionParams& p = b.fwd;
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
   const auto* col = static_cast<const index_t*>(p.col);
-  const auto* rowptr_t = static_cast<const index_t*>(b.rowptr_t);
-  const auto* col_t = static_cast<const index_t*>(b.col_t);
-  const Inputs<T> in = inputs<T>(p);
+  const Operands<T> in = operands<T>(p);
+  using acc_t = T;
   const auto* out = static_cast<const T*>(p.out);
-  const auto* stats = static_cast<const T*>(p.stats);
+  const auto* stats = static_cast<const acc_t*>(p.stats);
   const auto* g = static_cast<const T*>(b.grad_out);
-  auto* delta = static_cast<double*>(b.delta);
-  auto* d_h = static_cast<T*>(b.grad_h_src);
-  auto* d_as = static_cast<T*>(b.grad_alpha_src);
-  auto* d_ad = static_cast<T*>(b.grad_alpha_dst);
+  auto* delta = static_cast<acc_t*>(b.delta);
+  auto* d_src_score = static_cast<T*>(b.grad_src_score);
+  auto* d_dst_score = static_cast<T*>(b.grad_dst_score);
+  auto* d_edge_score = static_cast<T*>(b.grad_edge_score);
+  auto* d_query = static_cast<T*>(b.grad_query);
+  auto* d_key = static_cast<T*>(b.grad_key);
+  auto* d_edge_key = static_cast<T*>(b.grad_edge_key);
+  auto* d_att = static_cast<acc_t*>(b.grad_att_partial);
+  auto* d_value = static_cast<T*>(b.grad_value);
+  auto* d_edge_value = static_cast<T*>(b.grad_edge_value);
   const int64_t H = p.heads, C = p.channels;
+  const double slope = p.negative_slope, scale = p.scale;
   const int64_t nnz = p.num_dst > 0 ? int64_t(rowptr[p.num_dst]) : 0;
   const bool threads = worth_threads(nnz * H * C);
-
-  // Like the forward, the backward accumulates in double (the CPU path is the reference).
   auto dot = [C](const T* a, const T* c) {
     double s = 0;
-    for (int64_t k = 0; k < C; ++k) s += double(a[k]) * double(c[k]);
+    for (int64_t x = 0; x < C; ++x) s += double(a[x]) * double(c[x]);
     return s;
   };
-  // d e_ij (through the softmax and the LeakyReLU) and p_ij, recomputed from (max, sum).
-  auto edge_grads = [&](int64_t i, int64_t j, int64_t hd, double& prob) {
-    const T raw = in.raw(i, j, hd);
-    const T* st = stats + (i * H + hd) * 2;
-    prob = std::exp(double(leaky(raw, in.slope)) - double(st[0])) / double(st[1]);
-    const double dp = dot(g + (i * H + hd) * C, in.row(j, hd));
-    return prob * (dp - delta[i * H + hd]) * (raw > T(0) ? 1.0 : double(in.slope));
-  };
+  // Pass A walks its rows' slots only when an output of pass A needs them (delta alone does not).
+  const bool slots_a = d_dst_score || d_edge_score || d_query || d_edge_key || d_att || d_edge_value;
 
-  // Pass A, per destination: D_i, then d alpha_dst.
+  // Pass A, per destination: D_i, then every destination-side and per-edge gradient.
 #pragma omp parallel for schedule(dynamic, 16) if (threads)
-  for (int64_t i = 0; i < p.num_dst; ++i)
-    for (int64_t hd = 0; hd < H; ++hd) {
-      delta[i * H + hd] = dot(g + (i * H + hd) * C, out + (i * H + hd) * C);
-      if (!d_ad) continue;
-      double acc = 0, prob = 0;
-      for (int64_t k = rowptr[i]; k < rowptr[i + 1]; ++k) acc += edge_grads(i, col[k], hd, prob);
-      d_ad[i * H + hd] = static_cast<T>(acc);
+  for (int64_t i = 0; i < p.num_dst; ++i) {
+    std::vector<double> dq(C), da(C);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t ih = i * H + h;
+      const T* g_i = g + ih * C;
+      delta[ih] = static_cast<acc_t>(dot(g_i, out + ih * C));
+      if (!slots_a) continue;
+      // Pass B reads D_i back from delta, so pass A uses the stored (rounded) value as well.
+      const double d_i = double(delta[ih]);
+      const double m = double(stats[ih * 2]), s = double(stats[ih * 2 + 1]);
+      const T* q = in.vec(in.query, i, h);
+      double dd = 0;
+      std::fill(dq.begin(), dq.end(), 0.0);
+      std::fill(da.begin(), da.end(), 0.0);
+      for (int64_t k = rowptr[i]; k < rowptr[i + 1]; ++k) {
+        const int64_t j = col[k];
+        const SlotGrad sg = slot_grad<K>(in, i, j, k, h, g_i, m, s, d_i);
+        if (d_edge_value) {
+          T* gev = d_edge_value + (k * H + h) * C;
+          for (int64_t c = 0; c < C; ++c) gev[c] = static_cast<T>(sg.pr * double(g_i[c]));
+        }
+        if constexpr (K == ScoreKind::kGat) {
+          const double gk = sg.de * leaky_grad(in.gat_z(i, j, k, h), slope);
+          dd += gk;
+          if (d_edge_score) d_edge_score[k * H + h] = static_cast<T>(gk);
+        } else {
+          const T* kj = in.vec(in.key, j, h);
+          const T* ek = in.vec(in.edge_key, k, h);
+          T* gek = d_edge_key ? d_edge_key + (k * H + h) * C : nullptr;
+          if constexpr (K == ScoreKind::kGatV2) {
+            const T* a = in.att + h * C;
+            for (int64_t c = 0; c < C; ++c) {
+              const double z = double(q[c]) + double(kj[c]) + in.at(ek, c);
+              const double dz = sg.de * double(a[c]) * leaky_grad(z, slope);
+              dq[c] += dz;
+              da[c] += sg.de * leaky(z, slope);
+              if (gek) gek[c] = static_cast<T>(dz);
+            }
+          } else {
+            for (int64_t c = 0; c < C; ++c) {
+              dq[c] += sg.de * scale * (double(kj[c]) + in.at(ek, c));
+              if (gek) gek[c] = static_cast<T>(sg.de * scale * double(q[c]));
+            }
+          }
+        }
+      }
+      if (d_dst_score) d_dst_score[ih] = static_cast<T>(dd);
+      if (d_query)
+        for (int64_t c = 0; c < C; ++c) d_query[ih * C + c] = static_cast<T>(dq[c]);
+      if (d_att)
+        for (int64_t c = 0; c < C; ++c) d_att[ih * C + c] = static_cast<acc_t>(da[c]);
     }
+  }
 
-  // Pass B, per source: d h_src and d alpha_src.
+  if (!d_src_score && !d_key && !d_value) return;
+  const auto* rowptr_t = static_cast<const index_t*>(b.rowptr_t);
+  const auto* col_t = static_cast<const index_t*>(b.col_t);
+  const auto* t2c = static_cast<const index_t*>(b.t2c);
+
+  // Pass B, per source: the same slots reached through the transpose. t2c gives each transposed
+  // slot's csr_by_dst slot k, the index of the per-edge operands and of the dropout mask.
 #pragma omp parallel for schedule(dynamic, 16) if (threads)
   for (int64_t j = 0; j < p.num_src; ++j) {
-    std::vector<double> dh(C);
-    for (int64_t hd = 0; hd < H; ++hd) {
-      std::fill(dh.begin(), dh.end(), 0.0);
-      double acc = 0, prob = 0;
-      for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
-        const int64_t i = col_t[k];
-        acc += edge_grads(i, j, hd, prob);
-        const T* gi = g + (i * H + hd) * C;
-        for (int64_t c = 0; c < C; ++c) dh[c] += prob * double(gi[c]);
+    std::vector<double> dk(C), dv(C);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t jh = j * H + h;
+      double ds = 0;
+      std::fill(dk.begin(), dk.end(), 0.0);
+      std::fill(dv.begin(), dv.end(), 0.0);
+      for (int64_t t = rowptr_t[j]; t < rowptr_t[j + 1]; ++t) {
+        const int64_t i = col_t[t], k = t2c[t];
+        const int64_t ih = i * H + h;
+        const T* g_i = g + ih * C;
+        const SlotGrad sg = slot_grad<K>(in, i, j, k, h, g_i, double(stats[ih * 2]),
+                                         double(stats[ih * 2 + 1]), double(delta[ih]));
+        if (d_value)
+          for (int64_t c = 0; c < C; ++c) dv[c] += sg.pr * double(g_i[c]);
+        if constexpr (K == ScoreKind::kGat) {
+          ds += sg.de * leaky_grad(in.gat_z(i, j, k, h), slope);
+        } else if (d_key) {
+          const T* q = in.vec(in.query, i, h);
+          if constexpr (K == ScoreKind::kGatV2) {
+            const T* kj = in.vec(in.key, j, h);
+            const T* ek = in.vec(in.edge_key, k, h);
+            const T* a = in.att + h * C;
+            for (int64_t c = 0; c < C; ++c)
+              dk[c] += sg.de * double(a[c]) *
+                       leaky_grad(double(q[c]) + double(kj[c]) + in.at(ek, c), slope);
+          } else {
+            for (int64_t c = 0; c < C; ++c) dk[c] += sg.de * scale * double(q[c]);
+          }
+        }
       }
-      T* out_dh = d_h + (j * H + hd) * C;
-      for (int64_t c = 0; c < C; ++c) out_dh[c] = static_cast<T>(dh[c]);
-      d_as[j * H + hd] = static_cast<T>(acc);
+      if (d_src_score) d_src_score[jh] = static_cast<T>(ds);
+      if (d_key)
+        for (int64_t c = 0; c < C; ++c) d_key[jh * C + c] = static_cast<T>(dk[c]);
+      if (d_value)
+        for (int64_t c = 0; c < C; ++c) d_value[jh * C + c] = static_cast<T>(dv[c]);
     }
   }
 }
 
 }  // namespace
 
-void gat_forward_cpu(const GatParams& p) {
-  dispatch_cpu(p.scalar_type, p.index_type, "gat", [&](auto scalar, auto index) {
-    forward<decltype(scalar), decltype(index)>(p);
+void attention_forward_cpu(const AttentionParams& p) {
+  check_forward(p);
+  dispatch_cpu(p.scalar_type, p.index_type, "attention", [&](auto scalar, auto index) {
+    dispatch_kind(p.kind, [&](auto kind) {
+      forward<decltype(kind)::value, decltype(scalar), decltype(index)>(p);
+    });
   });
 }
 
-void gat_backward_cpu(const GatBackwardParams& b) {
-  dispatch_cpu(b.fwd.scalar_type, b.fwd.index_type, "gat backward", [&](auto scalar, auto index) {
-    backward<decltype(scalar), decltype(index)>(b);
+void attention_backward_cpu(const AttentionBackwardParams& b) {
+  check_backward(b);
+  dispatch_cpu(b.fwd.scalar_type, b.fwd.index_type, "attention backward", [&](auto scalar, auto index) {
+    dispatch_kind(b.fwd.kind, [&](auto kind) {
+      backward<decltype(kind)::value, decltype(scalar), decltype(index)>(b);
+    });
   });
 }
 

@@ -1,55 +1,103 @@
-// The attention family, GAT scores: for each destination i, head h and incoming edge j -> i,
-//   e_ij = LeakyReLU(alpha_src[j, h] + alpha_dst[i, h]),  p_ij = softmax_j(e_ij),
-//   out[i, h, :] = sum_j p_ij h_src[j, h, :],
-// in one streaming pass per (i, h) with an online softmax (running max and sum), writing only
-// out and the softmax statistics stats[i, h] = (max_j e_ij, sum_j exp(e_ij - max) + 1e-16); no
-// E x H scores and no E x H x C messages. The softmax follows PyG: the max is subtracted, the
-// sum gets + 1e-16, an empty row gives 0. (max, sum) rather than one log-sum-exp: the max is an
-// exact score, so p_ij = exp(e_ij - max) / sum is recomputed to a few ulp, where exp(e_ij - lse)
-// would lose |lse| ulp.
-// The backward pass recomputes p_ij from stats: pass A over csr_by_dst gives D_i = dout_i . out_i
-// and d alpha_dst; pass B over csr_by_src gives d h_src and d alpha_src. Both are gathers: one
-// thread owns each output, no atomics, the same result every run.
+// The attention family: one fused CSR pass per direction for GATConv, GATv2Conv and
+// TransformerConv. For each destination i, head h and CSR slot k (edge j -> i):
+//
+//   kGat:   e_k = LeakyReLU(src_score[j,h] + dst_score[i,h] + edge_score[k,h])
+//   kGatV2: e_k = sum_c att[h,c] * LeakyReLU(key[j,h,c] + query[i,h,c] + edge_key[k,h,c])
+//   kDot:   e_k = scale * sum_c query[i,h,c] * (key[j,h,c] + edge_key[k,h,c])
+//
+//   p_k  = exp(e_k - m_i) / s_i,  m_i = max_k e_k,  s_i = sum_k exp(e_k - m_i) + 1e-16  (PyG's softmax)
+//   p~_k = p_k * keep(seed, k, h) / (1 - dropout)                               (dropout.h)
+//   out[i,h,:] = sum_k p~_k * (value[j,h,:] + edge_value[k,h,:])
+//
+// in one streaming pass per (i, h) with an online softmax (running max, sum and accumulator),
+// writing only out and stats[i,h] = (m_i, s_i); no E x H scores, no E x H x C messages. An
+// empty row gives out 0 and stats (0, 1e-16). Optional operands (dst_score, edge_score,
+// edge_key, edge_value) are nullptr when absent; per-edge operands are in CSR-slot order.
+//
+// The backward pass recomputes p_k from stats. With D_i = dout_i . out_i (dropout included):
+//   dp~ term: de_k = p_k * (keep_k / (1 - dropout) * dout_i . (value_j + edge_value_k) - D_i)
+// then the score's own chain rule. Pass A walks csr_by_dst (destination-side and per-edge
+// gradients, and GATv2's per-destination share of d att), pass B walks csr_by_src (source-side
+// gradients). Both are gathers: one thread owns each output, no atomics, the same bits every run.
 #pragma once
 
 #include <cstdint>
 
+#include "gnnio/common/row_split.h"
 #include "gnnio/common/types.h"
 
 namespace gnnio {
 
-struct GatParams {
+enum class ScoreKind : int { kGat = 0, kGatV2 = 1, kDot = 2 };
+
+struct AttentionParams {
   const void* rowptr = nullptr;  // csr_by_dst [num_dst + 1]
   const void* col = nullptr;     // [nnz] source of each slot
   IndexType index_type = IndexType::kInt64;
-
-  const void* alpha_src = nullptr;  // [num_src, heads]
-  const void* alpha_dst = nullptr;  // [num_dst, heads], or nullptr (bipartite without x_dst)
-  const void* h_src = nullptr;      // [num_src, heads, channels] contiguous
-  void* out = nullptr;              // [num_dst, heads, channels]
-  void* stats = nullptr;            // [num_dst, heads, 2] (max, sum), same dtype as out
-  ScalarType scalar_type = ScalarType::kFloat32;
+  ScoreKind kind = ScoreKind::kGat;
+  ScalarType scalar_type = ScalarType::kFloat32;  // of every floating operand and of out
 
   int64_t num_dst = 0;
   int64_t num_src = 0;
+  int64_t nnz = 0;
   int64_t heads = 0;
   int64_t channels = 0;
+
+  // Score operands, contiguous: [rows, heads] (scores) or [rows, heads, channels]; att [heads, channels].
+  const void* src_score = nullptr;   // kGat [num_src, H]
+  const void* dst_score = nullptr;   // kGat [num_dst, H], optional
+  const void* edge_score = nullptr;  // kGat [nnz, H], optional
+  const void* query = nullptr;       // kGatV2, kDot [num_dst, H, C]
+  const void* key = nullptr;         // kGatV2, kDot [num_src, H, C]
+  const void* edge_key = nullptr;    // kGatV2, kDot [nnz, H, C], optional
+  const void* att = nullptr;         // kGatV2 [H, C]
   double negative_slope = 0.2;
+  double scale = 1.0;
+
+  const void* value = nullptr;       // [num_src, H, C] (may alias key)
+  const void* edge_value = nullptr;  // [nnz, H, C], optional
+
+  double dropout = 0.0;  // probability of dropping an attention weight, in [0, 1)
+  uint64_t seed = 0;
+
+  void* out = nullptr;      // [num_dst, H, C]
+  void* stats = nullptr;    // [num_dst, H, 2] float32 (float64 for float64 inputs): (m_i, s_i)
+  void* weights = nullptr;  // optional [nnz, H] float32 (float64): p~_k, for return_attention_weights
+
+  RowSplit split;  // CUDA super-node split of csr_by_dst
 };
 
-struct GatBackwardParams {
-  GatParams fwd;                  // the forward's inputs, out and stats
+struct AttentionBackwardParams {
+  AttentionParams fwd;             // the forward's operands, with out and stats
+  const void* grad_out = nullptr;  // [num_dst, H, C] contiguous
   const void* rowptr_t = nullptr;  // csr_by_src [num_src + 1]
   const void* col_t = nullptr;     // [nnz] destination of each transposed slot
-  const void* grad_out = nullptr;  // [num_dst, heads, channels] contiguous
+  const void* t2c = nullptr;       // [nnz] csr_by_dst slot of each transposed slot
+  RowSplit split_t;                // CUDA split of csr_by_src
 
-  void* grad_h_src = nullptr;      // [num_src, heads, channels]
-  void* grad_alpha_src = nullptr;  // [num_src, heads]
-  void* grad_alpha_dst = nullptr;  // [num_dst, heads] or nullptr
-  void* delta = nullptr;           // workspace [num_dst, heads] float64: D_i = dout_i . out_i
+  // Gradients, same shapes as their operands; nullptr = not needed. grad_key and grad_value
+  // are separate outputs even when key and value alias (autograd adds them).
+  void* grad_src_score = nullptr;
+  void* grad_dst_score = nullptr;
+  void* grad_edge_score = nullptr;
+  void* grad_query = nullptr;
+  void* grad_key = nullptr;
+  void* grad_edge_key = nullptr;
+  void* grad_att_partial = nullptr;  // [num_dst, H, C] accumulator type: row i's share of d att
+  void* grad_value = nullptr;
+  void* grad_edge_value = nullptr;
+  void* delta = nullptr;             // workspace [num_dst, H] accumulator type: D_i
 };
 
-void gat_forward_cpu(const GatParams& p);
-void gat_backward_cpu(const GatBackwardParams& p);
+void attention_forward_cpu(const AttentionParams& p);
+void attention_backward_cpu(const AttentionBackwardParams& b);
+
+#ifdef GNNIO_WITH_CUDA
+// Workspace bytes for the super-node partials of the forward / backward.
+size_t attention_forward_cuda_workspace_bytes(const AttentionParams& p);
+size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b);
+void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream);
+void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, void* stream);
+#endif
 
 }  // namespace gnnio

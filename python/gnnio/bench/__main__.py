@@ -25,7 +25,7 @@ def parse_args(argv):
                    help="comma list of graph names or .mtx paths; 'real' = every real graph found, "
                         "'standard' = %s" % ",".join(STANDARD))
     p.add_argument("--layers", default=",".join(DEFAULT_LAYERS),
-                   help="comma list from: spmm, segment_reduce(max), " + ", ".join(LAYERS))
+                   help="comma list from: spmm, " + ", ".join(list(OPS) + list(LAYERS)))
     p.add_argument("--features", type=int, default=128)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--compare", default="pyg", choices=["pyg", "none"])
@@ -191,7 +191,47 @@ def _bench_segment_reduce(name, x, gout, ei, n, device, dtype, args, rows):
                      max_rel_diff_vs_gnnio=rel_diff(scatter(), ours)))
 
 
-OPS = {"segment_reduce(max)": _bench_segment_reduce}
+def _bench_attention(kind):
+    def run(name, x, gout, ei, n, device, dtype, args, rows):
+        """The fused attention op alone (no linear layers), 4 heads x features/4, against its
+        gather floor: what it must read (one value row per edge, plus a key row for 'dot', the
+        per-edge index and score inputs) and write (out, stats)."""
+        graph = gnnio.Graph(ei, num_nodes=n)
+        heads, channels = 4, max(1, x.size(1) // 4)
+        gen = torch.Generator(device=device).manual_seed(args.seed + 1)
+        rand = lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=dtype)  # noqa: E731
+        value = rand(n, heads, channels).requires_grad_()
+        if kind == "gat":
+            operands = dict(src_score=rand(n, heads).requires_grad_(), dst_score=rand(n, heads).requires_grad_())
+            rows_per_edge = 1
+        elif kind == "gatv2":
+            operands = dict(key=value, query=rand(n, heads, channels).requires_grad_(),
+                            att=rand(heads, channels).requires_grad_())
+            rows_per_edge = 1  # key is value: one row per edge
+        else:
+            operands = dict(key=rand(n, heads, channels).requires_grad_(),
+                            query=rand(n, heads, channels).requires_grad_(), scale=channels ** -0.5)
+            rows_per_edge = 2
+        inputs = [value] + [t for t in operands.values() if isinstance(t, torch.Tensor) and t is not value]
+        fn = lambda: gnnio.ops.graph_attention(graph, kind, value, **operands)  # noqa: E731
+        g = torch.randn(n, heads, channels, generator=gen, device=device, dtype=dtype)
+        fwd, both, mem = bench_module(fn, g, inputs, device, args)
+        s, idx = value.element_size(), graph.csr_by_dst.col.element_size()
+        row = heads * channels * s
+        extra = heads * s if kind == "gat" else 0
+        floor_bytes = graph.num_edges * (rows_per_edge * row + idx + extra) + n * (row + heads * 8)
+        if kind != "gat":
+            floor_bytes += n * row  # the query of each destination
+        rows.append(dict(graph=name, layer=f"graph_attention({kind})", impl="gnnio",
+                         dtype=str(dtype).split(".")[-1], fwd_ms=fwd, fwd_bwd_ms=both,
+                         peak_extra_gib=mem, floor_bytes=floor_bytes,
+                         plan=gnnio.plan.plan_attention(graph, heads * channels, backward=True).reason
+                         if x.is_cuda else "cpu"))
+    return run
+
+
+OPS = {"segment_reduce(max)": _bench_segment_reduce, "graph_attention(gat)": _bench_attention("gat"),
+       "graph_attention(gatv2)": _bench_attention("gatv2"), "graph_attention(dot)": _bench_attention("dot")}
 
 
 def _bench_layer(name, layer, x, gout, ei, device, dtype, args, rows):

@@ -35,6 +35,13 @@ LAYERS: Dict[str, LayerCase] = {
                                lambda f: _pyg().SAGEConv(f, f, aggr="min")),
     "GraphConv(max)": LayerCase(lambda f: gnnio.nn.GraphConv(f, f, aggr="max"),
                                 lambda f: _pyg().GraphConv(f, f, aggr="max")),
+    # DESIGN.md's attention shape: 128 -> 4 heads x 32, PyG's default self loops on both sides.
+    "GATConv": LayerCase(lambda f: gnnio.nn.GATConv(f, f // 4, heads=4),
+                         lambda f: _pyg().GATConv(f, f // 4, heads=4)),
+    "GATv2Conv": LayerCase(lambda f: gnnio.nn.GATv2Conv(f, f // 4, heads=4),
+                           lambda f: _pyg().GATv2Conv(f, f // 4, heads=4)),
+    "TransformerConv": LayerCase(lambda f: gnnio.nn.TransformerConv(f, f // 4, heads=4),
+                                 lambda f: _pyg().TransformerConv(f, f // 4, heads=4)),
 }
 
 DEFAULT_LAYERS = ["spmm", "GCNConv", "GraphConv(add)", "SAGEConv(mean)"]

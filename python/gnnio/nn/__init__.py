@@ -1,5 +1,5 @@
 """Drop-in replacements for torch_geometric.nn layers."""
 from gnnio.nn import aggr
-from gnnio.nn.conv import GATConv, GCNConv, GraphConv, SAGEConv
+from gnnio.nn.conv import GATConv, GATv2Conv, GCNConv, GraphConv, SAGEConv, TransformerConv
 
-__all__ = ["GATConv", "GCNConv", "GraphConv", "SAGEConv", "aggr"]
+__all__ = ["GATConv", "GATv2Conv", "GCNConv", "GraphConv", "SAGEConv", "TransformerConv", "aggr"]

@@ -6,9 +6,14 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 
+from gnnio.graph import Graph
 from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
 from gnnio.nn.conv.graph_conv import _sizes
-from gnnio.ops import gat_attention
+from gnnio.ops import graph_attention
+
+# Helpers shared by the attention layers (GATConv, GATv2Conv, TransformerConv).
+
+_FILL_REDUCTIONS = ("add", "sum", "mean", "min", "max", "mul", "any")
 
 
 def _glorot(t: Tensor) -> None:
@@ -18,26 +23,153 @@ def _glorot(t: Tensor) -> None:
         t.uniform_(-a, a)
 
 
+def _reset_linear(lin: torch.nn.Linear, weight_initializer: Optional[str] = None) -> None:
+    """PyG's Linear.reset_parameters: 'glorot' or (None) kaiming_uniform(a=sqrt(5)) for the
+    weight, U(-1/sqrt(in), 1/sqrt(in)) for the bias; the same formulas as PyG, so a seeded
+    construction gives the same numbers."""
+    fan = lin.in_features
+    if fan <= 0:
+        return
+    with torch.no_grad():
+        if weight_initializer == "glorot":
+            _glorot(lin.weight)
+        else:
+            bound = math.sqrt(6 / ((1 + math.sqrt(5) ** 2) * fan))
+            lin.weight.uniform_(-bound, bound)
+        if lin.bias is not None:
+            bound = 1.0 / math.sqrt(fan)
+            lin.bias.uniform_(-bound, bound)
+
+
+def _check_aggr(layer: str, kwargs: dict) -> None:
+    if kwargs.get("aggr", "add") in ("add", "sum"):
+        kwargs.pop("aggr", None)
+    check_kwargs(layer, kwargs)
+
+
+def _check_fill_value(layer: str, fill_value) -> None:
+    if fill_value is None or isinstance(fill_value, (int, float, Tensor)):
+        return
+    if isinstance(fill_value, str) and fill_value in _FILL_REDUCTIONS:
+        return
+    raise ValueError(f"gnnio.nn.{layer}: fill_value must be a float, a Tensor or one of "
+                     f"{list(_FILL_REDUCTIONS)}, got {fill_value!r}")
+
+
+def _check_edge_attr(layer: str, edge_attr, num_edges: int, edge_dim: int,
+                     allow_1d: bool = True) -> Tensor:
+    if not isinstance(edge_attr, Tensor):
+        raise TypeError(f"gnnio.nn.{layer}: edge_attr must be a Tensor, got {type(edge_attr).__name__}")
+    if not edge_attr.dtype.is_floating_point:
+        raise TypeError(f"gnnio.nn.{layer}: edge_attr must be floating point, got {edge_attr.dtype}")
+    ok = edge_attr.dim() == 2 and edge_attr.size(1) == edge_dim
+    ok = ok or (allow_1d and edge_attr.dim() == 1 and edge_dim == 1)
+    if not ok or edge_attr.size(0) != num_edges:
+        want = f"[{num_edges}, {edge_dim}]" + (f" or [{num_edges}]" if allow_1d and edge_dim == 1 else "")
+        raise ValueError(f"gnnio.nn.{layer}: edge_attr must have shape {want} (one row per edge "
+                         f"of edge_index, edge_dim={edge_dim}), got {list(edge_attr.shape)}")
+    return edge_attr
+
+
+def _loop_attr(edge_attr: Tensor, dst: Tensor, num_dst: int, num_loops: int, fill_value) -> Tensor:
+    """Edge features of the appended self loops, as PyG's add_self_loops computes them
+    (``compute_loop_attr``): ones for None, a constant, a broadcast Tensor, or a reduction of
+    the incoming (non-loop) edges' features per destination, 0 where there are none ('mul': 1).
+    The reduction is taken over all destinations and cut to the first ``num_loops``: for a
+    bipartite graph with fewer sources than destinations PyG's scatter would run out of range."""
+    size = (num_loops,) + tuple(edge_attr.shape[1:])
+    if fill_value is None:
+        return edge_attr.new_ones(size)
+    if isinstance(fill_value, (int, float)):
+        return edge_attr.new_full(size, fill_value)
+    if isinstance(fill_value, Tensor):
+        loop = fill_value.to(edge_attr.device, edge_attr.dtype)
+        if edge_attr.dim() != loop.dim():
+            loop = loop.unsqueeze(0)
+        return loop.expand(size).contiguous()
+    full = (num_dst,) + tuple(edge_attr.shape[1:])
+    index = dst.view((-1,) + (1,) * (edge_attr.dim() - 1)).expand_as(edge_attr)
+    if fill_value in ("add", "sum"):
+        out = edge_attr.new_zeros(full).scatter_add_(0, index, edge_attr)
+    elif fill_value == "mean":
+        count = edge_attr.new_zeros(num_dst).scatter_add_(
+            0, dst, edge_attr.new_ones(edge_attr.size(0))).clamp(min=1)
+        out = edge_attr.new_zeros(full).scatter_add_(0, index, edge_attr)
+        out = out / count.view((-1,) + (1,) * (edge_attr.dim() - 1)).expand_as(out)
+    elif fill_value in ("min", "max"):
+        out = edge_attr.new_zeros(full).scatter_reduce_(0, index, edge_attr, reduce="a" + fill_value,
+                                                        include_self=False)
+    elif fill_value == "mul":
+        out = edge_attr.new_ones(full).scatter_reduce_(0, index, edge_attr, reduce="prod",
+                                                       include_self=True)
+    else:  # 'any'
+        out = edge_attr.new_zeros(full).scatter_(0, index, edge_attr)
+    return out[:num_loops]
+
+
+def _with_self_loops(graph: Graph, num_loops: int, edge_attr: Optional[Tensor], fill_value):
+    """PyG's remove_self_loops + add_self_loops on the graph and its edge features: the looped
+    graph (kept edges in order, then loops 0..num_loops-1) and the matching edge_attr."""
+    looped, kept, _ = graph.with_self_loops(num_loops)
+    if edge_attr is None:
+        return looped, None
+    kept_attr = edge_attr[kept]
+    dst = graph._dst.long()[kept]
+    loops = _loop_attr(kept_attr, dst, graph.num_dst, num_loops, fill_value)
+    return looped, torch.cat([kept_attr, loops], 0)
+
+
+def _returned_edge_index(edge_index, graph: Graph, added_loops: bool) -> Tensor:
+    """The edge_index PyG returns with the attention weights: the given one when no loops were
+    added, else the looped edge list (int64, as PyG's concatenation with its arange gives)."""
+    if not added_loops and isinstance(edge_index, Tensor):
+        return edge_index
+    return graph.edge_index.long()
+
+
 class GATConv(torch.nn.Module):
     r"""The graph attentional operator from `"Graph Attention Networks"
     <https://arxiv.org/abs/1710.10903>`_, drop-in for ``torch_geometric.nn.GATConv`` (PyG 2.8).
 
     .. math::
         \mathbf{x}^{\prime}_i = \Big\Vert_{h} \sum_{j \in \mathcal{N}(i) \cup \{ i \}}
-        \alpha^{h}_{i,j}\mathbf{\Theta}^{h}\mathbf{x}_{j}, \qquad
+        \alpha^{h}_{i,j}\mathbf{\Theta}^{h}_{s}\mathbf{x}_{j}, \qquad
         \alpha^{h}_{i,j} = \mathrm{softmax}_j\Big(\mathrm{LeakyReLU}\big(
-        \mathbf{a}^{h\top}_{s}\mathbf{\Theta}^{h}\mathbf{x}_j + \mathbf{a}^{h\top}_{t}
-        \mathbf{\Theta}^{h}\mathbf{x}_i\big)\Big)
+        \mathbf{a}^{h\top}_{s}\mathbf{\Theta}^{h}_{s}\mathbf{x}_j + \mathbf{a}^{h\top}_{t}
+        \mathbf{\Theta}^{h}_{t}\mathbf{x}_i + \mathbf{a}^{h\top}_{e}\mathbf{\Theta}^{h}_{e}
+        \mathbf{e}_{j,i}\big)\Big)
 
-    The softmax and the aggregation are one fused pass per destination and head (online
-    softmax); no E x H scores or E x H x C messages are stored, only a per-(node, head)
-    (max, sum) of the softmax for the backward pass. ``return_attention_weights`` is the one case that
-    materialises the E x H weights.
+    The softmax, the dropout on :math:`\alpha` and the aggregation are one fused pass per
+    destination and head (``gnnio.ops.graph_attention(kind='gat')``, online softmax): no E x H
+    scores or E x H x C messages are stored, only a per-(node, head) (max, sum) for the backward
+    pass, which recomputes the weights (and the same dropout mask, from its seed).
+    ``return_attention_weights`` is the one case that materialises the E x H weights.
 
-    Args: as PyG's GATConv: in_channels (int or (int, int)), out_channels, heads=1, concat=True,
-    negative_slope=0.2, dropout=0.0, add_self_loops=True, edge_dim=None, fill_value='mean',
-    bias=True, residual=False. Not yet supported (NotImplementedError): edge_dim / edge_attr,
-    dropout > 0 in training mode, CUDA tensors.
+    Args:
+        in_channels (int or (int, int)): input size, or (source, destination) sizes of a
+            bipartite layer (separate ``lin_src`` / ``lin_dst``).
+        out_channels (int): size per head.
+        heads (int): number of heads. (default: ``1``)
+        concat (bool): concatenate the heads, else average them. (default: ``True``)
+        negative_slope (float): LeakyReLU slope. (default: ``0.2``)
+        dropout (float): dropout probability of the attention weights in training mode.
+            The mask is drawn inside the kernel from a seed taken from torch's default
+            generator, so it is not PyG's mask for the same ``torch.manual_seed``.
+            (default: ``0.0``)
+        add_self_loops (bool): remove existing loops and add one per node (for a bipartite
+            input, the first ``min(num_src, num_dst)`` nodes). (default: ``True``)
+        edge_dim (int, optional): edge feature size; ``edge_attr`` then adds a per-edge score.
+        fill_value (float, Tensor or str): edge features of the added loops: a constant, a
+            Tensor, or the reduction ``'mean'``/``'add'``/``'sum'``/``'min'``/``'max'``/
+            ``'mul'``/``'any'`` of the destination's incoming edge features. (default: ``'mean'``)
+        bias (bool): learnable output bias. (default: ``True``)
+        residual (bool): add ``res(x_dst)``. (default: ``False``)
+
+    Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])`` (``x_dst`` may be None);
+    edge_attr ``[E, edge_dim]``; output ``[N_dst, heads * out_channels]`` (concat) or
+    ``[N_dst, out_channels]``. With ``return_attention_weights`` truthy: ``(out, (edge_index,
+    alpha))``, edge_index including the added loops and alpha ``[E', heads]`` after dropout, in
+    that edge order. Unlike PyG's, alpha is not differentiable.
     """
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
@@ -45,13 +177,14 @@ class GATConv(torch.nn.Module):
                  add_self_loops: bool = True, edge_dim: Optional[int] = None,
                  fill_value: Union[float, Tensor, str] = "mean", bias: bool = True,
                  residual: bool = False, **kwargs):
-        if kwargs.get("aggr", "add") == "add":
-            kwargs.pop("aggr", None)
-        check_kwargs("GATConv", kwargs)
-        if edge_dim is not None:
-            raise NotImplementedError("gnnio.nn.GATConv does not support edge_dim yet")
+        _check_aggr("GATConv", kwargs)
         pair = (in_channels, in_channels) if isinstance(in_channels, int) else tuple(in_channels)
         check_channels("GATConv", *pair, out_channels, heads)
+        if edge_dim is not None:
+            check_channels("GATConv", edge_dim)
+        _check_fill_value("GATConv", fill_value)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"gnnio.nn.GATConv: dropout must be in [0, 1), got {dropout}")
         super().__init__()
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
@@ -65,8 +198,12 @@ class GATConv(torch.nn.Module):
             self.lin_dst = torch.nn.Linear(pair[1], heads * out_channels, bias=False)
         self.att_src = Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = Parameter(torch.empty(1, heads, out_channels))
-        self.lin_edge = None
-        self.register_parameter("att_edge", None)
+        if edge_dim is not None:
+            self.lin_edge = torch.nn.Linear(edge_dim, heads * out_channels, bias=False)
+            self.att_edge = Parameter(torch.empty(1, heads, out_channels))
+        else:
+            self.lin_edge = None
+            self.register_parameter("att_edge", None)
         total = out_channels * (heads if concat else 1)
         if residual:
             self.res = torch.nn.Linear(pair[1], total, bias=False)
@@ -80,50 +217,58 @@ class GATConv(torch.nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        for lin in (self.lin, self.lin_src, self.lin_dst, self.res):
+        for lin in (self.lin, self.lin_src, self.lin_dst, self.lin_edge, self.res):
             if lin is not None:
-                _glorot(lin.weight)
+                _reset_linear(lin, "glorot")
         _glorot(self.att_src)
         _glorot(self.att_dst)
+        if self.att_edge is not None:
+            _glorot(self.att_edge)
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
         self._graphs.clear()
 
     def forward(self, x, edge_index, edge_attr: Optional[Tensor] = None,
                 size: Optional[Tuple[int, int]] = None, return_attention_weights=None):
-        if edge_attr is not None:
-            raise NotImplementedError("gnnio.nn.GATConv does not support edge_attr yet")
-        if self.dropout > 0 and self.training:
-            raise NotImplementedError("gnnio.nn.GATConv: dropout on attention coefficients in "
-                                      "training mode is not supported yet (eval mode is)")
         H, C = self.heads, self.out_channels
         x_src, x_dst = split_pair(x)
+        if x_src.dim() != 2:
+            raise ValueError(f"gnnio.nn.GATConv: x must be 2-D [num_nodes, features], got "
+                             f"shape {list(x_src.shape)}")
         res = self.res(x_dst) if self.res is not None and x_dst is not None else None
         lin_src = self.lin if self.lin is not None else self.lin_src
         lin_dst = self.lin if self.lin is not None else self.lin_dst
         shared = x_dst is x_src and self.lin is not None
         h_src = lin_src(x_src).view(-1, H, C)
         h_dst = None if x_dst is None else (h_src if shared else lin_dst(x_dst).view(-1, H, C))
-        alpha_src = (h_src * self.att_src).sum(-1)
+        alpha_src = (h_src * self.att_src).sum(dim=-1)
         alpha_dst = None if h_dst is None else (h_dst * self.att_dst).sum(-1)
 
         num_src, num_dst = _sizes(x_src, x_dst, size)
         graph = self._graphs.get(edge_index, num_src, num_dst)
+        if self.lin_edge is None:
+            edge_attr = None  # PyG ignores edge features without edge_dim
+        elif edge_attr is not None:
+            edge_attr = _check_edge_attr("GATConv", edge_attr, graph.num_edges, self.edge_dim)
         if self.add_self_loops:
-            loops = min(size) if size is not None else min(num_src, num_dst)
-            graph = graph.with_self_loops(loops)[0]
-        out, stats = gat_attention(graph, alpha_src, alpha_dst, h_src, self.negative_slope)
+            graph, edge_attr = _with_self_loops(graph, min(num_src, num_dst), edge_attr,
+                                                self.fill_value)
+        edge_score = None
+        if edge_attr is not None:
+            e = self.lin_edge(edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr)
+            edge_score = (e.view(-1, H, C) * self.att_edge).sum(dim=-1)
+        result = graph_attention(graph, "gat", h_src, src_score=alpha_src, dst_score=alpha_dst,
+                                 edge_score=edge_score, negative_slope=self.negative_slope,
+                                 dropout=self.dropout if self.training else 0.0,
+                                 return_weights=bool(return_attention_weights))
+        out, alpha = result if return_attention_weights else (result, None)
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
         if self.bias is not None:
             out = out + self.bias
         if return_attention_weights:
-            ei = graph.edge_index.long()
-            score = alpha_src[ei[0]] + (alpha_dst[ei[1]] if alpha_dst is not None else 0)
-            st = stats[ei[1]]
-            alpha = torch.exp(F.leaky_relu(score, self.negative_slope) - st[..., 0]) / st[..., 1]
-            return out, (ei, alpha)
+            return out, (_returned_edge_index(edge_index, graph, self.add_self_loops), alpha)
         return out
 
     def __repr__(self) -> str:

@@ -1,0 +1,310 @@
+// Backward kernels of the attention family (see params.h for the math).
+//
+// delta_kernel: D_i = dout_i . out_i per (row, head).
+// Pass A walks csr_by_dst: per (destination, head), recomputes each slot's score and weight
+// from the stats, writes the per-edge gradients and sums the destination-side ones.
+// Pass B walks csr_by_src: per (source, head), the same recomputation through t2c, summing the
+// source-side gradients. Heavy rows of either CSR are split into work items whose partial sums
+// are added in item order by a merge kernel; everything else is written by the one group that
+// owns it: no atomics, the same bits every run.
+#include <type_traits>
+
+#include "gnnio/attention/score.cuh"
+#include "gnnio/common/cuda_check.h"
+
+namespace gnnio {
+namespace {
+
+using namespace attention_detail;
+
+// Partial sums of a work item, per head: a scalar (GAT score gradient) then two C-vectors.
+struct Partials {
+  float* base = nullptr;  // [num_items, H, 1 + 2C]
+  int64_t stride = 0;     // 1 + 2C
+};
+
+template <typename scalar_t, int L, int CPL>
+__global__ void delta_kernel(AttentionBackwardParams b) {
+  const AttentionParams& p = b.fwd;
+  const Group<L> g;
+  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
+  if (group >= p.num_dst * p.heads) return;
+  const int64_t C = p.channels;
+  const auto* go = static_cast<const scalar_t*>(b.grad_out) + group * C;
+  const auto* out = static_cast<const scalar_t*>(p.out) + group * C;
+  float part = 0.0f;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = g.sub + int64_t(L) * t;
+    if (c < C) part += to_acc(go[c]) * to_acc(out[c]);
+  }
+  const float d = g.sum(part);
+  if (g.sub == 0) static_cast<float*>(b.delta)[group] = d;
+}
+
+// Where a task of a split CSR starts and ends; false for a heavy row (its items cover it).
+template <typename index_t>
+__device__ inline bool task_range(const void* rowptr_v, const RowSplit& split, int64_t num_rows,
+                                  int64_t task, int64_t& row, int64_t& begin, int64_t& end) {
+  const auto* rowptr = static_cast<const index_t*>(rowptr_v);
+  if (task < num_rows) {
+    row = task;
+    begin = rowptr[row];
+    end = rowptr[row + 1];
+    return end - begin <= split.light_max_degree;
+  }
+  const int64_t* it = split.heavy_items + (task - num_rows) * 3;
+  row = split.heavy_rows[it[0]];
+  begin = it[1];
+  end = it[2];
+  return true;
+}
+
+template <int L, int CPL>
+__device__ inline void store_acc_row(float* dst, const Group<L>& g, int64_t C, const float (&v)[CPL]) {
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = g.sub + int64_t(L) * t;
+    if (c < C) dst[c] = v[t];
+  }
+}
+
+template <typename scalar_t, int L, int CPL>
+__device__ inline void store_row(void* dst_v, int64_t offset, const Group<L>& g, int64_t C,
+                                    const float (&v)[CPL]) {
+  if (!dst_v) return;
+  auto* dst = static_cast<scalar_t*>(dst_v) + offset;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = g.sub + int64_t(L) * t;
+    if (c < C) dst[c] = from_acc<scalar_t>(v[t]);
+  }
+}
+
+template <typename scalar_t, int L, int CPL>
+__device__ inline void load_row(const void* src_v, int64_t offset, const Group<L>& g, int64_t C,
+                                float (&v)[CPL]) {
+  const auto* src = static_cast<const scalar_t*>(src_v) + offset;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = g.sub + int64_t(L) * t;
+    v[t] = c < C ? to_acc(src[c]) : 0.0f;
+  }
+}
+
+// de_k and its ingredients for slot k (edge j -> i, head h), given row i's dout, stats, delta.
+template <typename scalar_t, int L, int CPL>
+__device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
+                                  const DstSide<scalar_t, CPL>& d, const float (&gi)[CPL],
+                                  float m, float s, float delta, int64_t j, int64_t k, int64_t h,
+                                  float (&z)[CPL], float& prob_r) {
+  float v[CPL];
+  load_value<scalar_t, L, CPL>(p, g, j, k, h, v);
+  const float e = edge_score<scalar_t, L, CPL>(p, g, d, j, k, h, z);
+  const float prob = __expf(e - m) / s;
+  const float r = dropout_factor(p, k, h);
+  float part = 0.0f;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) part += gi[t] * v[t];
+  prob_r = prob * r;
+  return prob * (r * g.sum(part) - delta);
+}
+
+template <typename scalar_t, typename index_t, int L, int CPL>
+__global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
+  const AttentionParams& p = b.fwd;
+  const Group<L> g;
+  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
+  const int64_t task = group / p.heads, h = group % p.heads;
+  if (task >= p.num_dst + p.split.num_items) return;
+  int64_t i, begin, end;
+  if (!task_range<index_t>(p.rowptr, p.split, p.num_dst, task, i, begin, end)) return;
+  const auto* col = static_cast<const index_t*>(p.col);
+  const int64_t H = p.heads, C = p.channels;
+  const float slope = static_cast<float>(p.negative_slope), scale = static_cast<float>(p.scale);
+  DstSide<scalar_t, CPL> d;
+  d.load(p, i, h, g.sub, L);
+  float gi[CPL];
+  load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, gi);
+  const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
+  const float m = st[0], s = st[1], delta = static_cast<const float*>(b.delta)[i * H + h];
+  float g_score = 0.0f, dq[CPL], datt[CPL];
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) dq[t] = datt[t] = 0.0f;
+  for (int64_t k = begin; k < end; ++k) {
+    float z[CPL], prob_r;
+    const float de = slot_grad<scalar_t, L, CPL>(p, g, d, gi, m, s, delta, col[k], k, h, z, prob_r);
+    if (b.grad_edge_value) {
+      float ev[CPL];
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) ev[t] = prob_r * gi[t];
+      store_row<scalar_t, L, CPL>(b.grad_edge_value, (k * H + h) * C, g, C, ev);
+    }
+    float dk[CPL];  // d (edge) key of this slot
+    if (p.kind == ScoreKind::kGat) {
+      const float gz = de * (z[0] > 0.0f ? 1.0f : slope);
+      g_score += gz;
+      if (b.grad_edge_score && g.sub == 0)
+        static_cast<scalar_t*>(b.grad_edge_score)[k * H + h] = from_acc<scalar_t>(gz);
+      continue;
+    }
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) {
+      if (p.kind == ScoreKind::kGatV2) {
+        dk[t] = de * d.att[t] * (z[t] > 0.0f ? 1.0f : slope);
+        dq[t] += dk[t];
+        datt[t] += de * leaky(z[t], slope);
+      } else {
+        dk[t] = de * scale * d.q[t];
+        dq[t] += de * scale * z[t];
+      }
+    }
+    store_row<scalar_t, L, CPL>(b.grad_edge_key, (k * H + h) * C, g, C, dk);
+  }
+  if (task >= p.num_dst) {
+    float* slot = part.base + ((task - p.num_dst) * H + h) * part.stride;
+    if (g.sub == 0) slot[0] = g_score;
+    store_acc_row(slot + 1, g, C, dq);
+    store_acc_row(slot + 1 + C, g, C, datt);
+    return;
+  }
+  if (b.grad_dst_score && g.sub == 0)
+    static_cast<scalar_t*>(b.grad_dst_score)[i * H + h] = from_acc<scalar_t>(g_score);
+  store_row<scalar_t, L, CPL>(b.grad_query, (i * H + h) * C, g, C, dq);
+  if (b.grad_att_partial) store_acc_row(static_cast<float*>(b.grad_att_partial) + (i * H + h) * C, g, C, datt);
+}
+
+template <typename scalar_t, typename index_t, int L, int CPL>
+__global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
+  const AttentionParams& p = b.fwd;
+  const Group<L> g;
+  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
+  const int64_t task = group / p.heads, h = group % p.heads;
+  if (task >= p.num_src + b.split_t.num_items) return;
+  int64_t j, begin, end;
+  if (!task_range<index_t>(b.rowptr_t, b.split_t, p.num_src, task, j, begin, end)) return;
+  const auto* col_t = static_cast<const index_t*>(b.col_t);
+  const auto* t2c = static_cast<const index_t*>(b.t2c);
+  const int64_t H = p.heads, C = p.channels;
+  const float slope = static_cast<float>(p.negative_slope), scale = static_cast<float>(p.scale);
+  float g_score = 0.0f, gval[CPL], gkey[CPL];
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) gval[t] = gkey[t] = 0.0f;
+  for (int64_t kt = begin; kt < end; ++kt) {
+    const int64_t i = col_t[kt], k = t2c[kt];
+    DstSide<scalar_t, CPL> d;
+    d.load(p, i, h, g.sub, L);
+    float gi[CPL], z[CPL], prob_r;
+    load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, gi);
+    const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
+    const float delta = static_cast<const float*>(b.delta)[i * H + h];
+    const float de = slot_grad<scalar_t, L, CPL>(p, g, d, gi, st[0], st[1], delta, j, k, h, z, prob_r);
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) gval[t] += prob_r * gi[t];
+    if (p.kind == ScoreKind::kGat) {
+      g_score += de * (z[0] > 0.0f ? 1.0f : slope);
+      continue;
+    }
+#pragma unroll
+    for (int t = 0; t < CPL; ++t)
+      gkey[t] += p.kind == ScoreKind::kGatV2 ? de * d.att[t] * (z[t] > 0.0f ? 1.0f : slope)
+                                              : de * scale * d.q[t];
+  }
+  if (task >= p.num_src) {
+    float* slot = part.base + ((task - p.num_src) * H + h) * part.stride;
+    if (g.sub == 0) slot[0] = g_score;
+    store_acc_row(slot + 1, g, C, gval);
+    store_acc_row(slot + 1 + C, g, C, gkey);
+    return;
+  }
+  if (b.grad_src_score && g.sub == 0)
+    static_cast<scalar_t*>(b.grad_src_score)[j * H + h] = from_acc<scalar_t>(g_score);
+  store_row<scalar_t, L, CPL>(b.grad_value, (j * H + h) * C, g, C, gval);
+  store_row<scalar_t, L, CPL>(b.grad_key, (j * H + h) * C, g, C, gkey);
+}
+
+// Adds the work items of each heavy row in item order and writes the row's three outputs:
+// a scalar (as scalar_t) and two C-vectors (the first as scalar_t, the second as scalar_t or,
+// with second_is_acc, as float: GATv2's d att partial).
+template <typename scalar_t, int L, int CPL>
+__global__ void merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C, void* scalar_out,
+                             void* first_out, void* second_out, bool second_is_acc) {
+  const Group<L> g;
+  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
+  const int64_t hi = group / H, h = group % H;
+  if (hi >= split.num_heavy) return;
+  float sc = 0.0f, a[CPL], b2[CPL];
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) a[t] = b2[t] = 0.0f;
+  for (int64_t it = first_item(split, hi); it < split.num_items && split.heavy_items[it * 3] == hi; ++it) {
+    const float* slot = part.base + (it * H + h) * part.stride;
+    sc += slot[0];
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) {
+      const int64_t c = g.sub + int64_t(L) * t;
+      if (c < C) a[t] += slot[1 + c], b2[t] += slot[1 + C + c];
+    }
+  }
+  const int64_t row = split.heavy_rows[hi];
+  if (scalar_out && g.sub == 0) static_cast<scalar_t*>(scalar_out)[row * H + h] = from_acc<scalar_t>(sc);
+  store_row<scalar_t, L, CPL>(first_out, (row * H + h) * C, g, C, a);
+  if (second_is_acc) {
+    if (second_out) store_acc_row(static_cast<float*>(second_out) + (row * H + h) * C, g, C, b2);
+  } else {
+    store_row<scalar_t, L, CPL>(second_out, (row * H + h) * C, g, C, b2);
+  }
+}
+
+}  // namespace
+
+size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b) {
+  const int64_t per = b.fwd.heads * (1 + 2 * b.fwd.channels);
+  return static_cast<size_t>((b.fwd.split.num_items + b.split_t.num_items) * per) * sizeof(float);
+}
+
+void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, void* stream) {
+  const AttentionParams& p = b.fwd;
+  GNNIO_CHECK(p.scalar_type != ScalarType::kFloat64 && p.channels <= kMaxCudaChannels,
+              ErrorKind::kInvalidArgument,
+              "graph_attention backward on CUDA: float32/float16/bfloat16 and <= 256 channels");
+  if (p.heads == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const int64_t stride = 1 + 2 * p.channels;
+  const Partials part_a{static_cast<float*>(workspace), stride};
+  const Partials part_b{part_a.base + p.split.num_items * p.heads * stride, stride};
+  const bool need_a = b.grad_dst_score || b.grad_edge_score || b.grad_query || b.grad_edge_key ||
+                      b.grad_att_partial || b.grad_edge_value;
+  const bool need_b = b.grad_src_score || b.grad_key || b.grad_value;
+  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+    using scalar_t = decltype(scalar);
+    using index_t = decltype(index);
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      dispatch_layout(p.channels, [&](auto l, auto cpl) {
+        constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
+        const int64_t H = p.heads;
+        if (p.num_dst > 0) {
+          delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * H * L), kThreads, 0, s>>>(b);
+          GNNIO_CUDA_CHECK(cudaGetLastError());
+        }
+        if (need_a && p.num_dst > 0) {
+          pass_a_kernel<scalar_t, index_t, L, CPL>
+              <<<blocks_for((p.num_dst + p.split.num_items) * H * L), kThreads, 0, s>>>(b, part_a);
+          if (p.split.num_heavy > 0)
+            merge_kernel<scalar_t, L, CPL><<<blocks_for(p.split.num_heavy * H * L), kThreads, 0, s>>>(
+                p.split, part_a, H, p.channels, b.grad_dst_score, b.grad_query, b.grad_att_partial, true);
+          GNNIO_CUDA_CHECK(cudaGetLastError());
+        }
+        if (need_b && p.num_src > 0) {
+          pass_b_kernel<scalar_t, index_t, L, CPL>
+              <<<blocks_for((p.num_src + b.split_t.num_items) * H * L), kThreads, 0, s>>>(b, part_b);
+          if (b.split_t.num_heavy > 0)
+            merge_kernel<scalar_t, L, CPL><<<blocks_for(b.split_t.num_heavy * H * L), kThreads, 0, s>>>(
+                b.split_t, part_b, H, p.channels, b.grad_src_score, b.grad_value, b.grad_key, false);
+          GNNIO_CUDA_CHECK(cudaGetLastError());
+        }
+      });
+    }
+  });
+}
+
+}  // namespace gnnio

@@ -1,0 +1,201 @@
+// Forward kernels of the attention family (see params.h for the math).
+//
+// One group of lanes per (task, head), where a task is a light destination row or one work item
+// (a chunk of slots) of a heavy row. The group streams over the slots once: score, online
+// softmax update (running max m, sum s, accumulator acc), weighted value. A light row writes
+// out and stats; a work item writes its partial (m, s, acc), and the merge kernel combines the
+// items of each heavy row in item order: M = max m_t, S = sum s_t e^(m_t - M),
+// ACC = sum acc_t e^(m_t - M), which is exact up to rounding and independent of scheduling.
+#include <type_traits>
+
+#include "gnnio/attention/score.cuh"
+#include "gnnio/common/cuda_check.h"
+
+namespace gnnio {
+namespace {
+
+using namespace attention_detail;
+
+struct Partial {  // workspace layout of the work items' partial states
+  float* m;       // [num_items, H]
+  float* s;       // [num_items, H]
+  float* acc;     // [num_items, H, C]
+};
+
+template <typename scalar_t, typename index_t, int L, int CPL>
+__global__ void forward_kernel(AttentionParams p, Partial part) {
+  const Group<L> g;
+  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
+  const int64_t task = group / p.heads, h = group % p.heads;
+  if (task >= p.num_dst + p.split.num_items) return;
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  const auto* col = static_cast<const index_t*>(p.col);
+  int64_t i, begin, end;
+  const bool item = task >= p.num_dst;
+  if (!item) {
+    i = task;
+    begin = rowptr[i];
+    end = rowptr[i + 1];
+    if (end - begin > p.split.light_max_degree) return;  // heavy: its work items cover it
+  } else {
+    const int64_t* it = p.split.heavy_items + (task - p.num_dst) * 3;
+    i = p.split.heavy_rows[it[0]];
+    begin = it[1];
+    end = it[2];
+  }
+  DstSide<scalar_t, CPL> d;
+  d.load(p, i, h, g.sub, L);
+  float m = -INFINITY, s = 0.0f, acc[CPL];
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
+  auto* weights = static_cast<float*>(p.weights);
+  for (int64_t k = begin; k < end; ++k) {
+    const int64_t j = col[k];
+    float z[CPL], v[CPL];
+    load_value<scalar_t, L, CPL>(p, g, j, k, h, v);  // issued before the score's reduction
+    const float e = edge_score<scalar_t, L, CPL>(p, g, d, j, k, h, z);
+    if (weights && g.sub == 0) weights[k * p.heads + h] = e;  // normalised afterwards
+    if (e > m) {  // a new running max: rescale what was summed so far
+      const float r = __expf(m - e);
+      s *= r;
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) acc[t] *= r;
+      m = e;
+    }
+    const float w = __expf(e - m);
+    s += w;
+    const float wr = w * dropout_factor(p, k, h);
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) acc[t] += wr * v[t];
+  }
+  const int64_t H = p.heads, C = p.channels;
+  if (item) {
+    const int64_t slot = (task - p.num_dst) * H + h;
+    if (g.sub == 0) part.m[slot] = m, part.s[slot] = s;
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) {
+      const int64_t c = g.sub + int64_t(L) * t;
+      if (c < C) part.acc[slot * C + c] = acc[t];
+    }
+    return;
+  }
+  auto* out = static_cast<scalar_t*>(p.out) + (i * H + h) * C;
+  const float denom = s + kSoftmaxEps;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = g.sub + int64_t(L) * t;
+    if (c < C) out[c] = from_acc<scalar_t>(acc[t] / denom);
+  }
+  if (g.sub == 0) {
+    auto* st = static_cast<float*>(p.stats) + (i * H + h) * 2;
+    st[0] = begin == end ? 0.0f : m;
+    st[1] = denom;
+  }
+}
+
+// One group per (heavy row, head): merges the row's work items in item order.
+template <typename scalar_t, int L, int CPL>
+__global__ void merge_kernel(AttentionParams p, Partial part) {
+  const Group<L> g;
+  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
+  const int64_t hi = group / p.heads, h = group % p.heads;
+  if (hi >= p.split.num_heavy) return;
+  const int64_t H = p.heads, C = p.channels;
+  const int64_t first = first_item(p.split, hi);
+  float M = -INFINITY;
+  for (int64_t it = first; it < p.split.num_items && p.split.heavy_items[it * 3] == hi; ++it)
+    M = fmaxf(M, part.m[it * H + h]);
+  float S = 0.0f, acc[CPL];
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
+  for (int64_t it = first; it < p.split.num_items && p.split.heavy_items[it * 3] == hi; ++it) {
+    const int64_t slot = it * H + h;
+    const float r = __expf(part.m[slot] - M);
+    S += part.s[slot] * r;
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) {
+      const int64_t c = g.sub + int64_t(L) * t;
+      if (c < C) acc[t] += part.acc[slot * C + c] * r;
+    }
+  }
+  const int64_t i = p.split.heavy_rows[hi];
+  auto* out = static_cast<scalar_t*>(p.out) + (i * H + h) * C;
+  const float denom = S + kSoftmaxEps;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = g.sub + int64_t(L) * t;
+    if (c < C) out[c] = from_acc<scalar_t>(acc[t] / denom);
+  }
+  if (g.sub == 0) {
+    auto* st = static_cast<float*>(p.stats) + (i * H + h) * 2;
+    st[0] = M;
+    st[1] = denom;
+  }
+}
+
+// weights[k, h] held the raw score e; now p~ = exp(e - m_i) / s_i times the dropout factor.
+// One thread per (slot, head); the slot's row is found by binary search in rowptr.
+template <typename index_t>
+__global__ void normalize_weights_kernel(AttentionParams p) {
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  auto* weights = static_cast<float*>(p.weights);
+  const auto* stats = static_cast<const float*>(p.stats);
+  const int64_t n = p.nnz * p.heads;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n;
+       x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = x / p.heads, h = x % p.heads;
+    int64_t lo = 0, hi = p.num_dst;  // the last row whose start is <= k
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      if (int64_t(rowptr[mid]) <= k) lo = mid; else hi = mid;
+    }
+    const float* st = stats + (lo * p.heads + h) * 2;
+    weights[x] = __expf(weights[x] - st[0]) / st[1] * dropout_factor(p, k, h);
+  }
+}
+
+Partial partial_of(const AttentionParams& p, void* workspace) {
+  auto* base = static_cast<float*>(workspace);
+  const int64_t n = p.split.num_items * p.heads;
+  return {base, base + n, base + 2 * n};
+}
+
+}  // namespace
+
+size_t attention_forward_cuda_workspace_bytes(const AttentionParams& p) {
+  return static_cast<size_t>(p.split.num_items * p.heads * (2 + p.channels)) * sizeof(float);
+}
+
+void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream) {
+  GNNIO_CHECK(p.scalar_type != ScalarType::kFloat64, ErrorKind::kInvalidArgument,
+              "graph_attention on CUDA runs float32, float16 and bfloat16 (float64 runs on the CPU)");
+  GNNIO_CHECK(p.channels <= kMaxCudaChannels, ErrorKind::kInvalidArgument,
+              text("graph_attention on CUDA supports up to ", kMaxCudaChannels,
+                   " channels per head, got ", p.channels));
+  if (p.num_dst == 0 || p.heads == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const Partial part = partial_of(p, workspace);
+  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+    using scalar_t = decltype(scalar);
+    using index_t = decltype(index);
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      dispatch_layout(p.channels, [&](auto l, auto cpl) {
+        constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
+        const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
+        forward_kernel<scalar_t, index_t, L, CPL><<<blocks_for(groups * L), kThreads, 0, s>>>(p, part);
+        GNNIO_CUDA_CHECK(cudaGetLastError());
+        if (p.split.num_heavy > 0) {
+          merge_kernel<scalar_t, L, CPL>
+              <<<blocks_for(p.split.num_heavy * p.heads * L), kThreads, 0, s>>>(p, part);
+          GNNIO_CUDA_CHECK(cudaGetLastError());
+        }
+      });
+      if (p.weights && p.nnz > 0) {
+        normalize_weights_kernel<index_t><<<blocks_for(p.nnz * p.heads), kThreads, 0, s>>>(p);
+        GNNIO_CUDA_CHECK(cudaGetLastError());
+      }
+    }
+  });
+}
+
+}  // namespace gnnio

@@ -1,0 +1,133 @@
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from gnnio.nn._common import GraphCache, check_channels, split_pair
+from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _reset_linear, _returned_edge_index
+from gnnio.ops import graph_attention
+
+
+class TransformerConv(torch.nn.Module):
+    r"""The graph transformer operator from `"Masked Label Prediction: Unified Message Passing
+    Model for Semi-Supervised Classification" <https://arxiv.org/abs/2009.03509>`_, drop-in for
+    ``torch_geometric.nn.TransformerConv`` (PyG 2.8).
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \mathbf{W}_1 \mathbf{x}_i + \sum_{j \in \mathcal{N}(i)}
+        \alpha_{i,j} \left(\mathbf{W}_2 \mathbf{x}_{j} + \mathbf{W}_6 \mathbf{e}_{ij}\right),
+        \qquad \alpha_{i,j} = \mathrm{softmax}_j\left(\frac{(\mathbf{W}_3\mathbf{x}_i)^{\top}
+        (\mathbf{W}_4\mathbf{x}_j + \mathbf{W}_6 \mathbf{e}_{ij})}{\sqrt{d}}\right)
+
+    per head (``lin_skip`` = W1, ``lin_value`` = W2, ``lin_query`` = W3, ``lin_key`` = W4,
+    ``lin_edge`` = W6). With ``beta``, :math:`\mathbf{x}^{\prime}_i = \beta_i \mathbf{W}_1
+    \mathbf{x}_i + (1 - \beta_i) \mathbf{m}_i`, :math:`\beta_i = \sigma(\mathbf{w}_5^{\top}
+    [\mathbf{W}_1 \mathbf{x}_i, \mathbf{m}_i, \mathbf{W}_1 \mathbf{x}_i - \mathbf{m}_i])`.
+    The attention is one fused pass per destination and head
+    (``gnnio.ops.graph_attention(kind='dot', scale=1/sqrt(out_channels))``, the edge term as
+    both edge key and edge value); no E x H x C keys or messages are stored.
+
+    Args:
+        in_channels (int or (int, int)), out_channels (int), heads (int, default ``1``),
+        concat (bool, default ``True``), beta (bool, default ``False``; only with
+        root_weight), dropout (float, default ``0.0``; the mask is drawn in the kernel from a
+        seed taken from torch's default generator), edge_dim (int, optional), bias (bool,
+        default ``True``: of lin_key, lin_query, lin_value and lin_skip), root_weight (bool,
+        default ``True``): as PyG's. No self loops are added.
+
+    Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_attr ``[E, edge_dim]``;
+    output ``[N_dst, heads * out_channels]`` (concat) or ``[N_dst, out_channels]``. When
+    ``return_attention_weights`` is a bool (``False`` included, as PyG checks ``isinstance``):
+    ``(out, (edge_index, alpha))`` with alpha ``[E, heads]`` from before dropout (not
+    differentiable).
+    """
+
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
+                 heads: int = 1, concat: bool = True, beta: bool = False, dropout: float = 0.0,
+                 edge_dim: Optional[int] = None, bias: bool = True, root_weight: bool = True,
+                 **kwargs):
+        _check_aggr("TransformerConv", kwargs)
+        pair = (in_channels, in_channels) if isinstance(in_channels, int) else tuple(in_channels)
+        check_channels("TransformerConv", *pair, out_channels, heads)
+        if edge_dim is not None:
+            check_channels("TransformerConv", edge_dim)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"gnnio.nn.TransformerConv: dropout must be in [0, 1), got {dropout}")
+        super().__init__()
+        self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
+        self.beta = beta and root_weight
+        self.root_weight, self.concat, self.dropout, self.edge_dim = root_weight, concat, dropout, edge_dim
+        self.lin_key = torch.nn.Linear(pair[0], heads * out_channels, bias=bias)
+        self.lin_query = torch.nn.Linear(pair[1], heads * out_channels, bias=bias)
+        self.lin_value = torch.nn.Linear(pair[0], heads * out_channels, bias=bias)
+        if edge_dim is not None:
+            self.lin_edge = torch.nn.Linear(edge_dim, heads * out_channels, bias=False)
+        else:
+            self.register_parameter("lin_edge", None)
+        skip = heads * out_channels if concat else out_channels
+        self.lin_skip = torch.nn.Linear(pair[1], skip, bias=bias)
+        if self.beta:
+            self.lin_beta = torch.nn.Linear(3 * skip, 1, bias=False)
+        else:
+            self.register_parameter("lin_beta", None)
+        self._graphs = GraphCache()
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        for lin in (self.lin_key, self.lin_query, self.lin_value, self.lin_edge, self.lin_skip,
+                    self.lin_beta):
+            if lin is not None:
+                _reset_linear(lin)
+        self._graphs.clear()
+
+    def forward(self, x, edge_index, edge_attr: Optional[Tensor] = None,
+                return_attention_weights=None):
+        H, C = self.heads, self.out_channels
+        x_src, x_dst = split_pair(x)
+        if x_dst is None:
+            raise ValueError("gnnio.nn.TransformerConv needs destination features: pass "
+                             "(x_src, x_dst), not (x_src, None)")
+        if x_src.dim() != 2 or x_dst.dim() != 2:
+            raise ValueError("gnnio.nn.TransformerConv: node features must be 2-D "
+                             "[num_nodes, features]")
+        query = self.lin_query(x_dst).view(-1, H, C)
+        key = self.lin_key(x_src).view(-1, H, C)
+        value = self.lin_value(x_src).view(-1, H, C)
+        graph = self._graphs.get(edge_index, x_src.size(0), x_dst.size(0))
+        edge = None
+        if self.lin_edge is not None:
+            if edge_attr is None:
+                raise ValueError("gnnio.nn.TransformerConv: the layer has edge_dim="
+                                 f"{self.edge_dim}, so forward needs edge_attr")
+            edge_attr = _check_edge_attr("TransformerConv", edge_attr, graph.num_edges,
+                                         self.edge_dim, allow_1d=False)
+            edge = self.lin_edge(edge_attr).view(-1, H, C)
+        elif edge_attr is not None:
+            raise ValueError("gnnio.nn.TransformerConv: edge_attr was given but the layer has "
+                             "no edge_dim")
+        want_weights = isinstance(return_attention_weights, bool)
+        dropout = self.dropout if self.training else 0.0
+        kwargs = dict(query=query, key=key, edge_key=edge, edge_value=edge,
+                      scale=1.0 / math.sqrt(C))
+        result = graph_attention(graph, "dot", value, dropout=dropout,
+                                 return_weights=want_weights and dropout == 0, **kwargs)
+        out, alpha = result if want_weights and dropout == 0 else (result, None)
+        if want_weights and dropout > 0:
+            # PyG returns the weights from before dropout; the op returns them after it.
+            with torch.no_grad():
+                alpha = graph_attention(graph, "dot", value, return_weights=True, **kwargs)[1]
+        out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
+        if self.root_weight:
+            x_r = self.lin_skip(x_dst)
+            if self.lin_beta is not None:
+                beta = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
+                out = beta * x_r + (1 - beta) * out
+            else:
+                out = out + x_r
+        if want_weights:
+            return out, (_returned_edge_index(edge_index, graph, False), alpha)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
