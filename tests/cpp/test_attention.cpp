@@ -577,6 +577,40 @@ TEST(AttentionCpu, ThreadedRunsMatchReferenceAndAreDeterministic) {
   }
 }
 
+// No edges at all, with the nullptr data pointers that empty tensors give (col, col_t, t2c):
+// every row is empty, and every requested gradient is written as zeros.
+TEST(AttentionCpu, EdgelessGraphWritesZeros) {
+  const int64_t num_dst = 3, num_src = 2, H = 2, C = 3;
+  const std::vector<int64_t> rowptr(num_dst + 1, 0), rowptr_t(num_src + 1, 0);
+  const std::vector<double> query(num_dst * H * C, 1.0), key(num_src * H * C, 1.0),
+      att(H * C, 1.0), grad_out(num_dst * H * C, 1.0);
+  std::vector<double> out(num_dst * H * C, kNaN), stats(num_dst * H * 2, kNaN);
+  gnnio::AttentionBackwardParams b;
+  gnnio::AttentionParams& p = b.fwd;
+  p.rowptr = rowptr.data();
+  p.kind = ScoreKind::kGatV2;
+  p.scalar_type = gnnio::ScalarType::kFloat64;
+  p.num_dst = num_dst, p.num_src = num_src, p.heads = H, p.channels = C;
+  p.query = query.data(), p.key = key.data(), p.att = att.data(), p.value = key.data();
+  p.out = out.data(), p.stats = stats.data();
+  p.dropout = 0.3;
+  gnnio::attention_forward_cpu(p);
+  EXPECT_EQ(out, std::vector<double>(out.size(), 0.0));
+  for (int64_t r = 0; r < num_dst * H; ++r) {
+    EXPECT_EQ(stats[2 * r], 0.0);
+    EXPECT_EQ(stats[2 * r + 1], 1e-16);
+  }
+  std::vector<double> delta(num_dst * H, kNaN), gq(query.size(), kNaN), gk(key.size(), kNaN),
+      gv(key.size(), kNaN), ga(num_dst * H * C, kNaN);
+  b.grad_out = grad_out.data();
+  b.rowptr_t = rowptr_t.data();
+  b.delta = delta.data();
+  b.grad_query = gq.data(), b.grad_key = gk.data(), b.grad_value = gv.data();
+  b.grad_att_partial = ga.data();
+  gnnio::attention_backward_cpu(b);
+  for (const auto* v : {&delta, &gq, &gk, &gv, &ga}) EXPECT_EQ(*v, std::vector<double>(v->size(), 0.0));
+}
+
 TEST(AttentionCpu, RejectsWhatTheCpuPathDoesNotDo) {
   const Graph g = small_graph();
   Config cfg;

@@ -113,25 +113,32 @@ Operands<T> operands(const AttentionParams& p) {
           p.scale,          p.dropout,           1.0 / (1.0 - p.dropout), p.seed};
 }
 
+// Pointers are checked only where the kernel will read or write through them: the binding
+// passes an empty tensor's data pointer, which may be nullptr, for a zero-sized operand.
 void check_forward(const AttentionParams& p) {
   const char* kind = kind_name(p.kind);
-  GNNIO_CHECK(p.num_dst >= 0 && p.num_src >= 0 && p.heads >= 0 && p.channels >= 0,
+  GNNIO_CHECK(p.num_dst >= 0 && p.num_src >= 0 && p.nnz >= 0 && p.heads >= 0 && p.channels >= 0,
               ErrorKind::kInvalidArgument, "attention: negative size");
-  GNNIO_CHECK(p.rowptr && (p.num_dst == 0 || p.col), ErrorKind::kInvalidArgument,
-              "attention: rowptr and col are required");
   GNNIO_CHECK(p.dropout >= 0.0 && p.dropout < 1.0, ErrorKind::kInvalidArgument,
               "attention: dropout must be in [0, 1), got ", p.dropout);
-  GNNIO_CHECK(p.value && p.out && p.stats, ErrorKind::kInvalidArgument,
-              "attention: value, out and stats are required");
+  GNNIO_CHECK(p.rowptr, ErrorKind::kInvalidArgument, "attention: rowptr is required");
+  const bool rows = p.num_dst * p.heads > 0, edges = p.nnz > 0 && p.heads > 0;
+  GNNIO_CHECK(p.stats || !rows, ErrorKind::kInvalidArgument, "attention: stats is required");
+  GNNIO_CHECK(p.out || !rows || p.channels == 0, ErrorKind::kInvalidArgument,
+              "attention: out is required");
+  GNNIO_CHECK(p.col || !edges, ErrorKind::kInvalidArgument, "attention: col is required");
+  GNNIO_CHECK(p.value || !edges || p.channels == 0, ErrorKind::kInvalidArgument,
+              "attention: value is required");
   if (p.kind == ScoreKind::kGat) {
-    GNNIO_CHECK(p.src_score, ErrorKind::kInvalidArgument, "attention(gat) needs src_score");
+    GNNIO_CHECK(p.src_score || !edges, ErrorKind::kInvalidArgument,
+                "attention(gat) needs src_score");
     GNNIO_CHECK(!p.query && !p.key && !p.edge_key && !p.att, ErrorKind::kInvalidArgument,
                 "attention(gat) takes src/dst/edge scores, not query/key/edge_key/att");
   } else {
-    GNNIO_CHECK(p.query && p.key, ErrorKind::kInvalidArgument, "attention(", kind,
-                ") needs query and key");
-    GNNIO_CHECK(p.kind != ScoreKind::kGatV2 || p.att, ErrorKind::kInvalidArgument,
-                "attention(gatv2) needs att");
+    GNNIO_CHECK((p.query && p.key && (p.kind == ScoreKind::kDot || p.att)) || !edges ||
+                    p.channels == 0,
+                ErrorKind::kInvalidArgument, "attention(", kind, ") needs query and key",
+                p.kind == ScoreKind::kGatV2 ? " and att" : "");
     GNNIO_CHECK(!p.src_score && !p.dst_score && !p.edge_score, ErrorKind::kInvalidArgument,
                 "attention(", kind, ") takes query/key, not src/dst/edge scores");
   }
@@ -181,8 +188,8 @@ void forward(const AttentionParams& p) {
       const bool empty = begin == end;
       stats[(i * H + h) * 2] = static_cast<acc_t>(empty ? 0.0 : m);
       stats[(i * H + h) * 2 + 1] = static_cast<acc_t>(denom);
-      // The weights need the row's final (m, s), so they take a second walk over the row: the
-      // scores are recomputed rather than kept, as the CUDA kernel does.
+      // The weights need the row's final (m, s), so they take a second walk over the row,
+      // recomputing each score: no per-row score buffer.
       if (weights)
         for (int64_t k = begin; k < end; ++k)
           weights[k * H + h] = static_cast<acc_t>(
@@ -216,8 +223,8 @@ void check_backward(const AttentionBackwardParams& b) {
   const AttentionParams& p = b.fwd;
   check_forward(p);
   const char* kind = kind_name(p.kind);
-  GNNIO_CHECK(b.grad_out && b.delta, ErrorKind::kInvalidArgument,
-              "attention backward: grad_out and delta are required");
+  GNNIO_CHECK(((b.grad_out || p.channels == 0) && b.delta) || p.num_dst * p.heads == 0,
+              ErrorKind::kInvalidArgument, "attention backward: grad_out and delta are required");
   // A gradient of an operand the score does not have is a caller bug, not a zero to write.
   if (p.kind == ScoreKind::kGat)
     GNNIO_CHECK(!b.grad_query && !b.grad_key && !b.grad_edge_key && !b.grad_att_partial,
@@ -230,7 +237,7 @@ void check_backward(const AttentionBackwardParams& b) {
   GNNIO_CHECK(p.kind == ScoreKind::kGatV2 || !b.grad_att_partial, ErrorKind::kInvalidArgument,
               "attention(", kind, ") backward: grad_att_partial requested");
   if (b.grad_src_score || b.grad_key || b.grad_value)
-    GNNIO_CHECK(b.rowptr_t && (p.num_src == 0 || (b.col_t && b.t2c)), ErrorKind::kInvalidArgument,
+    GNNIO_CHECK(b.rowptr_t && (p.nnz == 0 || (b.col_t && b.t2c)), ErrorKind::kInvalidArgument,
                 "attention backward: source-side gradients need rowptr_t, col_t and t2c");
 }
 

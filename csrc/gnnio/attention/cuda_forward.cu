@@ -49,24 +49,45 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
 #pragma unroll
   for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
   auto* weights = static_cast<float*>(p.weights);
-  for (int64_t k = begin; k < end; ++k) {
-    const int64_t j = col[k];
-    float z[CPL], v[CPL];
-    load_value<scalar_t, L, CPL>(p, g, j, k, h, v);  // issued before the score's reduction
-    const float e = edge_score<scalar_t, L, CPL>(p, g, d, j, k, h, z);
-    if (weights && g.sub == 0) weights[k * p.heads + h] = e;  // normalised afterwards
-    if (e > m) {  // a new running max: rescale what was summed so far
-      const float r = __expf(m - e);
-      s *= r;
+  // U slots per step, their loads issued before any arithmetic: a row's slots are otherwise one
+  // dependent load chain, and the gather would be latency-bound (U * CPL registers per operand).
+  constexpr int U = CPL <= 2 ? 4 : 2;
+  for (int64_t k0 = begin; k0 < end; k0 += U) {
+    const int n = end - k0 < U ? static_cast<int>(end - k0) : U;
+    int64_t j[U];
+    float kk[U][CPL], v[U][CPL], e[U];
 #pragma unroll
-      for (int t = 0; t < CPL; ++t) acc[t] *= r;
-      m = e;
+    for (int u = 0; u < U; ++u) j[u] = u < n ? int64_t(col[k0 + u]) : int64_t(col[k0]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      load_key<scalar_t, L, CPL>(p, g, j[u], k0 + (u < n ? u : 0), h, kk[u]);
+      load_value<scalar_t, L, CPL>(p, g, j[u], k0 + (u < n ? u : 0), h, v[u]);
     }
-    const float w = __expf(e - m);
-    s += w;
-    const float wr = w * dropout_factor(p, k, h);
+    float m_new = m;
 #pragma unroll
-    for (int t = 0; t < CPL; ++t) acc[t] += wr * v[t];
+    for (int u = 0; u < U; ++u) {
+      float z[CPL];
+      e[u] = score_of<scalar_t, L, CPL>(p, g, d, kk[u], z);
+      if (u < n) {
+        m_new = fmaxf(m_new, e[u]);
+        if (weights && g.sub == 0) weights[(k0 + u) * p.heads + h] = e[u];  // normalised later
+      }
+    }
+    // A new running max rescales what was summed so far (exp(-inf) = 0 on the first step).
+    const float r = __expf(m - m_new);
+    m = m_new;
+    s *= r;
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) acc[t] *= r;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (u >= n) continue;
+      const float w = __expf(e[u] - m);
+      s += w;
+      const float wr = w * dropout_factor(p, k0 + u, h);
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) acc[t] += wr * v[u][t];
+    }
   }
   const int64_t H = p.heads, C = p.channels;
   if (item) {

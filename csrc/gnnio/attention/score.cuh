@@ -61,39 +61,62 @@ struct DstSide {
   }
 };
 
-// e of slot k (edge j -> i, head h). z keeps what the backward differentiates through: the
-// pre-activation (GAT: z[0]; GATv2: per channel) or the key + edge key (dot).
+// The source-side inputs of slot k's score, loaded apart from the arithmetic so that a kernel
+// can issue the loads of several slots before the first reduction: GAT's two scalars (raw[0]),
+// or key_j + edge_key_k per channel.
 template <typename scalar_t, int L, int CPL>
-__device__ inline float edge_score(const AttentionParams& p, const Group<L>& g,
-                                   const DstSide<scalar_t, CPL>& d, int64_t j, int64_t k,
-                                   int64_t h, float (&z)[CPL]) {
-  const float slope = static_cast<float>(p.negative_slope);
+__device__ inline void load_key(const AttentionParams& p, const Group<L>& g, int64_t j, int64_t k,
+                                int64_t h, float (&kk)[CPL]) {
   const int64_t H = p.heads, C = p.channels;
   if (p.kind == ScoreKind::kGat) {
     const auto* ss = static_cast<const scalar_t*>(p.src_score);
     const auto* es = static_cast<const scalar_t*>(p.edge_score);
-    const float raw = to_acc(ss[j * H + h]) + d.score + (es ? to_acc(es[k * H + h]) : 0.0f);
-    z[0] = raw;
-    return leaky(raw, slope);
+    kk[0] = to_acc(ss[j * H + h]) + (es ? to_acc(es[k * H + h]) : 0.0f);
+    return;
   }
   const auto* key = static_cast<const scalar_t*>(p.key) + (j * H + h) * C;
   const auto* ek = p.edge_key ? static_cast<const scalar_t*>(p.edge_key) + (k * H + h) * C : nullptr;
-  float part = 0.0f;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) {
     const int64_t c = g.sub + int64_t(L) * t;
-    float kk = 0.0f;
-    if (c < C) kk = to_acc(key[c]) + (ek ? to_acc(ek[c]) : 0.0f);
+    kk[t] = c < C ? to_acc(key[c]) + (ek ? to_acc(ek[c]) : 0.0f) : 0.0f;
+  }
+}
+
+// e of a slot from its loaded key. z keeps what the backward differentiates through: the
+// pre-activation (GAT: z[0]; GATv2: per channel) or the key + edge key (dot).
+template <typename scalar_t, int L, int CPL>
+__device__ inline float score_of(const AttentionParams& p, const Group<L>& g,
+                                 const DstSide<scalar_t, CPL>& d, const float (&kk)[CPL],
+                                 float (&z)[CPL]) {
+  const float slope = static_cast<float>(p.negative_slope);
+  if (p.kind == ScoreKind::kGat) {
+    z[0] = kk[0] + d.score;
+    return leaky(z[0], slope);
+  }
+  float part = 0.0f;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
     if (p.kind == ScoreKind::kGatV2) {
-      z[t] = kk + d.q[t];
+      z[t] = kk[t] + d.q[t];
       part += d.att[t] * leaky(z[t], slope);
     } else {
-      z[t] = kk;
-      part += d.q[t] * kk;
+      z[t] = kk[t];
+      part += d.q[t] * kk[t];
     }
   }
   const float e = g.sum(part);
   return p.kind == ScoreKind::kDot ? e * static_cast<float>(p.scale) : e;
+}
+
+// e of slot k (edge j -> i, head h), loads and arithmetic together.
+template <typename scalar_t, int L, int CPL>
+__device__ inline float edge_score(const AttentionParams& p, const Group<L>& g,
+                                   const DstSide<scalar_t, CPL>& d, int64_t j, int64_t k,
+                                   int64_t h, float (&z)[CPL]) {
+  float kk[CPL];
+  load_key<scalar_t, L, CPL>(p, g, j, k, h, kk);
+  return score_of<scalar_t, L, CPL>(p, g, d, kk, z);
 }
 
 // value_j + edge_value_k for this lane's channels.
