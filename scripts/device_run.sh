@@ -24,8 +24,10 @@ if ! python3 -c "import pytest" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; th
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 
+summary=""
 for stage in $stages; do
   echo "=== $stage ($(date +%T))"
+  started=$(date +%s)
   case $stage in
     build)
       { time MAX_JOBS=16 python3 setup.py build_ext --inplace; } > "$OUT/build.log" 2>&1 \
@@ -47,20 +49,28 @@ for stage in $stages; do
       ;;
     bench-spmm)
       python3 -m gnnio.bench --graphs standard,real --layers spmm,GCNConv,GraphConv\(add\),GraphConv\(mean\),SAGEConv\(mean\) \
-        --out "$OUT/nvidia-h200-spmm.json" 2>&1 | tee "$OUT/bench-spmm.log" | tail -70
+        --out "$OUT/nvidia-h200-spmm.json" 2>&1 | tee "$OUT/bench-spmm.log" | tail -3
       ;;
     bench-reduce)
       for dtype in float32 bfloat16; do
         python3 -m gnnio.bench --graphs standard,real --dtype $dtype \
           --layers "segment_reduce(max),SAGEConv(max),SAGEConv(min),GraphConv(max)" \
-          --out "$OUT/nvidia-h200-reduce-$dtype.json" 2>&1 | tee "$OUT/bench-reduce-$dtype.log" | tail -90
+          --out "$OUT/nvidia-h200-reduce-$dtype.json" 2>&1 | tee "$OUT/bench-reduce-$dtype.log" | tail -3
       done
       ;;
     bench-attention)
       for dtype in float32 bfloat16; do
         python3 -m gnnio.bench --graphs standard,real --dtype $dtype --layers "graph_attention(gat),graph_attention(gatv2),graph_attention(dot),GATConv,GATv2Conv,TransformerConv" \
-          --out "$OUT/nvidia-h200-attention-$dtype.json" 2>&1 | tee "$OUT/bench-attention-$dtype.log" | tail -90
+          --out "$OUT/nvidia-h200-attention-$dtype.json" 2>&1 | tee "$OUT/bench-attention-$dtype.log" | tail -3
       done
       ;;
   esac
+  summary="$summary\n$stage: $(( $(date +%s) - started )) s"
 done
+# The tail of the output is what comes back first: the verdicts go last.
+echo -e "=== summary$summary"
+[ -f "$OUT/pytest.log" ] && { grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30; tail -1 "$OUT/pytest.log"; }
+[ -f "$OUT/sanitize.log" ] && { grep -E "FAILED|ERROR SUMMARY|sanitize cases" "$OUT/sanitize.log" | head -10; }
+# The device tool brings back only a few files: results JSON as they are, everything else in one
+# archive (the .md tables are regenerated from the JSON by gnnio.bench.report).
+(cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -v '\.json$' | grep -v '^logs.tgz$') 2>/dev/null)

@@ -92,15 +92,15 @@ __device__ inline void load_row(const void* src_v, int64_t offset, const Group<L
   }
 }
 
-// de_k and its ingredients for slot k (edge j -> i, head h), given row i's dout, stats, delta.
+// de_k of slot k (head h) from its loaded key and value and row i's dout, stats and delta;
+// prob_r = p_k times the dropout factor.
 template <typename scalar_t, int L, int CPL>
 __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
                                   const DstSide<scalar_t, CPL>& d, const float (&gi)[CPL],
-                                  float m, float s, float delta, int64_t j, int64_t k, int64_t h,
-                                  float (&z)[CPL], float& prob_r) {
-  float v[CPL];
-  load_value<scalar_t, L, CPL>(p, g, j, k, h, v);
-  const float e = edge_score<scalar_t, L, CPL>(p, g, d, j, k, h, z);
+                                  float m, float s, float delta, const float (&kk)[CPL],
+                                  const float (&v)[CPL], int64_t k, int64_t h, float (&z)[CPL],
+                                  float& prob_r) {
+  const float e = score_of<scalar_t, L, CPL>(p, g, d, kk, z);
   const float prob = __expf(e - m) / s;
   const float r = dropout_factor(p, k, h);
   float part = 0.0f;
@@ -109,6 +109,10 @@ __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
   prob_r = prob * r;
   return prob * (r * g.sum(part) - delta);
 }
+
+// Slots per step whose loads are issued together (see the forward kernel).
+template <int CPL>
+constexpr int kUnroll = CPL <= 2 ? 4 : 2;
 
 template <typename scalar_t, typename index_t, int L, int CPL>
 __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
@@ -131,35 +135,49 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
   float g_score = 0.0f, dq[CPL], datt[CPL];
 #pragma unroll
   for (int t = 0; t < CPL; ++t) dq[t] = datt[t] = 0.0f;
-  for (int64_t k = begin; k < end; ++k) {
-    float z[CPL], prob_r;
-    const float de = slot_grad<scalar_t, L, CPL>(p, g, d, gi, m, s, delta, col[k], k, h, z, prob_r);
-    if (b.grad_edge_value) {
-      float ev[CPL];
+  constexpr int U = kUnroll<CPL>;
+  for (int64_t k0 = begin; k0 < end; k0 += U) {
+    const int n = end - k0 < U ? static_cast<int>(end - k0) : U;
+    float kk[U][CPL], v[U][CPL];
 #pragma unroll
-      for (int t = 0; t < CPL; ++t) ev[t] = prob_r * gi[t];
-      store_row<scalar_t, L, CPL>(b.grad_edge_value, (k * H + h) * C, g, C, ev);
-    }
-    float dk[CPL];  // d (edge) key of this slot
-    if (p.kind == ScoreKind::kGat) {
-      const float gz = de * (z[0] > 0.0f ? 1.0f : slope);
-      g_score += gz;
-      if (b.grad_edge_score && g.sub == 0)
-        static_cast<scalar_t*>(b.grad_edge_score)[k * H + h] = from_acc<scalar_t>(gz);
-      continue;
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = k0 + (u < n ? u : 0), j = col[k];
+      load_key<scalar_t, L, CPL>(p, g, j, k, h, kk[u]);
+      load_value<scalar_t, L, CPL>(p, g, j, k, h, v[u]);
     }
 #pragma unroll
-    for (int t = 0; t < CPL; ++t) {
-      if (p.kind == ScoreKind::kGatV2) {
-        dk[t] = de * d.att[t] * (z[t] > 0.0f ? 1.0f : slope);
-        dq[t] += dk[t];
-        datt[t] += de * leaky(z[t], slope);
-      } else {
-        dk[t] = de * scale * d.q[t];
-        dq[t] += de * scale * z[t];
+    for (int u = 0; u < U; ++u) {
+      if (u >= n) continue;  // uniform across the group
+      const int64_t k = k0 + u;
+      float z[CPL], prob_r;
+      const float de = slot_grad<scalar_t, L, CPL>(p, g, d, gi, m, s, delta, kk[u], v[u], k, h, z, prob_r);
+      if (b.grad_edge_value) {
+        float ev[CPL];
+#pragma unroll
+        for (int t = 0; t < CPL; ++t) ev[t] = prob_r * gi[t];
+        store_row<scalar_t, L, CPL>(b.grad_edge_value, (k * H + h) * C, g, C, ev);
       }
+      if (p.kind == ScoreKind::kGat) {
+        const float gz = de * (z[0] > 0.0f ? 1.0f : slope);
+        g_score += gz;
+        if (b.grad_edge_score && g.sub == 0)
+          static_cast<scalar_t*>(b.grad_edge_score)[k * H + h] = from_acc<scalar_t>(gz);
+        continue;
+      }
+      float dk[CPL];  // d (edge) key of this slot
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) {
+        if (p.kind == ScoreKind::kGatV2) {
+          dk[t] = de * d.att[t] * (z[t] > 0.0f ? 1.0f : slope);
+          dq[t] += dk[t];
+          datt[t] += de * leaky(z[t], slope);
+        } else {
+          dk[t] = de * scale * d.q[t];
+          dq[t] += de * scale * z[t];
+        }
+      }
+      store_row<scalar_t, L, CPL>(b.grad_edge_key, (k * H + h) * C, g, C, dk);
     }
-    store_row<scalar_t, L, CPL>(b.grad_edge_key, (k * H + h) * C, g, C, dk);
   }
   if (task >= p.num_dst) {
     float* slot = part.base + ((task - p.num_dst) * H + h) * part.stride;
@@ -190,25 +208,42 @@ __global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
   float g_score = 0.0f, gval[CPL], gkey[CPL];
 #pragma unroll
   for (int t = 0; t < CPL; ++t) gval[t] = gkey[t] = 0.0f;
-  for (int64_t kt = begin; kt < end; ++kt) {
-    const int64_t i = col_t[kt], k = t2c[kt];
-    DstSide<scalar_t, CPL> d;
-    d.load(p, i, h, g.sub, L);
-    float gi[CPL], z[CPL], prob_r;
-    load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, gi);
-    const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
-    const float delta = static_cast<const float*>(b.delta)[i * H + h];
-    const float de = slot_grad<scalar_t, L, CPL>(p, g, d, gi, st[0], st[1], delta, j, k, h, z, prob_r);
+  constexpr int U = kUnroll<CPL>;
+  for (int64_t kt0 = begin; kt0 < end; kt0 += U) {
+    const int n = end - kt0 < U ? static_cast<int>(end - kt0) : U;
+    DstSide<scalar_t, CPL> d[U];
+    float gi[U][CPL], kk[U][CPL], v[U][CPL], m[U], s[U], delta[U];
+    int64_t k[U];
 #pragma unroll
-    for (int t = 0; t < CPL; ++t) gval[t] += prob_r * gi[t];
-    if (p.kind == ScoreKind::kGat) {
-      g_score += de * (z[0] > 0.0f ? 1.0f : slope);
-      continue;
+    for (int u = 0; u < U; ++u) {
+      const int64_t kt = kt0 + (u < n ? u : 0), i = col_t[kt];
+      k[u] = t2c[kt];
+      d[u].load(p, i, h, g.sub, L);
+      load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, gi[u]);
+      const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
+      m[u] = st[0];
+      s[u] = st[1];
+      delta[u] = static_cast<const float*>(b.delta)[i * H + h];
+      load_key<scalar_t, L, CPL>(p, g, j, k[u], h, kk[u]);
+      load_value<scalar_t, L, CPL>(p, g, j, k[u], h, v[u]);
     }
 #pragma unroll
-    for (int t = 0; t < CPL; ++t)
-      gkey[t] += p.kind == ScoreKind::kGatV2 ? de * d.att[t] * (z[t] > 0.0f ? 1.0f : slope)
-                                              : de * scale * d.q[t];
+    for (int u = 0; u < U; ++u) {
+      if (u >= n) continue;  // uniform across the group
+      float z[CPL], prob_r;
+      const float de = slot_grad<scalar_t, L, CPL>(p, g, d[u], gi[u], m[u], s[u], delta[u], kk[u],
+                                                   v[u], k[u], h, z, prob_r);
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) gval[t] += prob_r * gi[u][t];
+      if (p.kind == ScoreKind::kGat) {
+        g_score += de * (z[0] > 0.0f ? 1.0f : slope);
+        continue;
+      }
+#pragma unroll
+      for (int t = 0; t < CPL; ++t)
+        gkey[t] += p.kind == ScoreKind::kGatV2 ? de * d[u].att[t] * (z[t] > 0.0f ? 1.0f : slope)
+                                                : de * scale * d[u].q[t];
+    }
   }
   if (task >= p.num_src) {
     float* slot = part.base + ((task - p.num_src) * H + h) * part.stride;

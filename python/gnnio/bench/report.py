@@ -43,3 +43,16 @@ def markdown_table(result):
     for r in errors:
         lines.append(f"\n{r['graph']} {r['layer']}: {r['error']}")
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    # python -m gnnio.bench.report RESULTS.json...: (re)writes the .md table beside each file.
+    import json
+    import os
+    import sys
+
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            table = markdown_table(json.load(f))
+        with open(os.path.splitext(path)[0] + ".md", "w") as f:
+            f.write(table)
