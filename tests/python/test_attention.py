@@ -27,9 +27,14 @@ def _grad_inputs(module, inputs):
     return names, inputs + [p for _, p in module.named_parameters()]
 
 
-def run_pair(pyg, ours, call):
+def run_pair(pyg, ours, call, rows=1):
     """Outputs and gradients (inputs and every parameter, matched by name) of PyG fp32, gnnio
-    fp32 and PyG fp64: gnnio's error against fp64 is at most twice PyG's (conftest)."""
+    fp32 and PyG fp64: gnnio's error against fp64 is at most twice PyG's (conftest).
+
+    A parameter's gradient is a sum over up to ``rows`` nodes or edges whose exact value can be
+    ~0 while its terms are not (a key bias under dot attention has gradient exactly 0: the
+    softmax is shift-invariant), so both fp32 results can be pure rounding noise, which grows
+    like sqrt(rows) eps of the terms: those get a floor of max(8, 4 sqrt(rows)) eps."""
     exact = copy.deepcopy(pyg).double()
     results = []
     for module, dtype in ((pyg, torch.float32), (ours, torch.float32), (exact, torch.float64)):
@@ -40,15 +45,18 @@ def run_pair(pyg, ours, call):
             torch.cos(torch.arange(out.numel(), dtype=dtype)).view_as(out)
         grads = torch.autograd.grad(out, inputs + [params[k] for k in names], gout,
                                     allow_unused=True)
-        results.append((names, out, grads))
-    (n_p, o_p, g_p), (n_o, o_o, g_o), (n_e, o_e, g_e) = results
+        results.append((names, out, grads, len(inputs)))
+    (n_p, o_p, g_p, k), (n_o, o_o, g_o, _), (n_e, o_e, g_e, _) = results
     assert n_o == n_p == n_e
     assert_no_worse_than_reference(o_o, o_p, o_e)
-    for a, b, c in zip(g_o, g_p, g_e):
+    for i, (a, b, c) in enumerate(zip(g_o, g_p, g_e)):
         if c is None:  # PyG never touched it (e.g. lin_edge on a graph without edges)
             assert a is None or a.numel() == 0 or a.abs().max() == 0
             continue
-        assert_no_worse_than_reference(a, b, c)
+        floor = None
+        if i >= k and c.numel():
+            floor = max(8.0, 4 * math.sqrt(rows)) * EPS32 * max(c.abs().max().item(), 1.0)
+        assert_no_worse_than_reference(a, b, c, floor=floor)
 
 
 # -- the three layers and their options ---------------------------------------------------------
@@ -123,7 +131,7 @@ def test_layer_matches_pyg(layer, opt, name, ei, n):
     opts = LAYERS[layer][opt]
     pyg, ours = make_pair(layer, 7, 5, **opts)
     x = torch.randn(n, 7)
-    run_pair(pyg, ours, layer_call(x, ei, edge_features(opts, ei.size(1))))
+    run_pair(pyg, ours, layer_call(x, ei, edge_features(opts, ei.size(1))), rows=n + ei.size(1))
 
 
 @pytest.mark.parametrize("layer", list(LAYERS))
@@ -189,7 +197,7 @@ def test_gat_conv_bipartite(ns, nd, mode, opts):
             return module((a, b), ei, size=(ns, nd), **extra), [a, b] + ins
         return module((a, None), ei, size=(ns, nd), **extra), [a] + ins
 
-    run_pair(pyg, ours, call)
+    run_pair(pyg, ours, call, rows=ns + nd + 90)
 
 
 @pytest.mark.parametrize("layer", ["GATConv", "GATv2Conv"])
@@ -235,7 +243,7 @@ def test_bipartite_pairs(layer, ns, nd, opts):
         e = ea.to(dtype).requires_grad_()
         return module((a, b), ei, e), [a, b, e]
 
-    run_pair(pyg, ours, call)
+    run_pair(pyg, ours, call, rows=ns + nd + 90)
 
 
 def test_gatv2_shared_weights_on_pairs():
@@ -247,7 +255,7 @@ def test_gatv2_shared_weights_on_pairs():
         a, b = xs.to(dtype).requires_grad_(), xd.to(dtype).requires_grad_()
         return module((a, b), ei), [a, b]
 
-    run_pair(pyg, ours, call)
+    run_pair(pyg, ours, call, rows=29 + 70)
 
 
 def test_gat_size_argument():
@@ -259,7 +267,7 @@ def test_gat_size_argument():
         xi = x.to(dtype).requires_grad_()
         return module(xi, ei, size=(n, n)), [xi]
 
-    run_pair(pyg, ours, call)
+    run_pair(pyg, ours, call, rows=n + 100)
     with pytest.raises(ValueError, match="size"):
         ours(x, ei, size=(n, n + 1))
 
@@ -589,7 +597,7 @@ def test_layer_dropout_matches_pyg_with_the_same_mask(monkeypatch, layer, opts):
             torch.manual_seed(21)  # the layer draws its seed from torch's default generator
         return call(module, dtype)
 
-    run_pair(pyg, ours, seeded_call)
+    run_pair(pyg, ours, seeded_call, rows=n + ei.size(1))
     assert torch.equal(spy.weights[-1] != 0, keep)
 
 
@@ -637,7 +645,8 @@ HUB_LAYERS = [("GATConv", {"heads": 2}), ("GATConv", {"heads": 2, "edge_dim": 2}
 def test_hub_of_100k_neighbours(layer, opts):
     ei, n = hub(100_000)
     pyg, ours = make_pair(layer, 8, 4, **opts)
-    run_pair(pyg, ours, layer_call(torch.randn(n, 8), ei, edge_features(opts, ei.size(1))))
+    run_pair(pyg, ours, layer_call(torch.randn(n, 8), ei, edge_features(opts, ei.size(1))),
+             rows=n + ei.size(1))
 
 
 # -- unsupported arguments and bad inputs -------------------------------------------------------

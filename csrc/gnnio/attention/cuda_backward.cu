@@ -35,7 +35,7 @@ __global__ void delta_kernel(AttentionBackwardParams b) {
   float part = 0.0f;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) {
-    const int64_t c = g.sub + int64_t(L) * t;
+    const int64_t c = int64_t(g.sub) * CPL + t;
     if (c < C) part += to_acc(go[c]) * to_acc(out[c]);
   }
   const float d = g.sum(part);
@@ -64,43 +64,33 @@ template <int L, int CPL>
 __device__ inline void store_acc_row(float* dst, const Group<L>& g, int64_t C, const float (&v)[CPL]) {
 #pragma unroll
   for (int t = 0; t < CPL; ++t) {
-    const int64_t c = g.sub + int64_t(L) * t;
+    const int64_t c = int64_t(g.sub) * CPL + t;
     if (c < C) dst[c] = v[t];
   }
 }
 
 template <typename scalar_t, int L, int CPL>
-__device__ inline void store_row(void* dst_v, int64_t offset, const Group<L>& g, int64_t C,
-                                    const float (&v)[CPL]) {
-  if (!dst_v) return;
-  auto* dst = static_cast<scalar_t*>(dst_v) + offset;
-#pragma unroll
-  for (int t = 0; t < CPL; ++t) {
-    const int64_t c = g.sub + int64_t(L) * t;
-    if (c < C) dst[c] = from_acc<scalar_t>(v[t]);
-  }
+__device__ inline void store_row(void* dst_v, int64_t offset, const Group<L>& g, int64_t C, bool vec,
+                                 const float (&v)[CPL]) {
+  if (dst_v)
+    store_channels<scalar_t, CPL>(static_cast<scalar_t*>(dst_v) + offset, int64_t(g.sub) * CPL, C, vec, v);
 }
 
 template <typename scalar_t, int L, int CPL>
 __device__ inline void load_row(const void* src_v, int64_t offset, const Group<L>& g, int64_t C,
-                                float (&v)[CPL]) {
-  const auto* src = static_cast<const scalar_t*>(src_v) + offset;
-#pragma unroll
-  for (int t = 0; t < CPL; ++t) {
-    const int64_t c = g.sub + int64_t(L) * t;
-    v[t] = c < C ? to_acc(src[c]) : 0.0f;
-  }
+                                bool vec, float (&v)[CPL]) {
+  load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(src_v) + offset, int64_t(g.sub) * CPL, C, vec, v);
 }
 
 // de_k of slot k (head h) from its loaded key and value and row i's dout, stats and delta;
 // prob_r = p_k times the dropout factor.
-template <typename scalar_t, int L, int CPL>
+template <ScoreKind K, typename scalar_t, int L, int CPL>
 __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
                                   const DstSide<scalar_t, CPL>& d, const float (&gi)[CPL],
                                   float m, float s, float delta, const float (&kk)[CPL],
                                   const float (&v)[CPL], int64_t k, int64_t h, float (&z)[CPL],
                                   float& prob_r) {
-  const float e = score_of<scalar_t, L, CPL>(p, g, d, kk, z);
+  const float e = score_of<K, scalar_t, L, CPL>(p, g, d, kk, z);
   const float prob = __expf(e - m) / s;
   const float r = dropout_factor(p, k, h);
   float part = 0.0f;
@@ -114,7 +104,7 @@ __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
 template <int CPL>
 constexpr int kUnroll = CPL <= 2 ? 4 : 2;
 
-template <typename scalar_t, typename index_t, int L, int CPL>
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
 __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
@@ -127,9 +117,9 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const int64_t H = p.heads, C = p.channels;
   const float slope = static_cast<float>(p.negative_slope), scale = static_cast<float>(p.scale);
   DstSide<scalar_t, CPL> d;
-  d.load(p, i, h, g.sub, L);
+  d.load(p, i, h, g.sub, p.vector_io);
   float gi[CPL];
-  load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, gi);
+  load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, p.vector_io, gi);
   const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
   const float m = st[0], s = st[1], delta = static_cast<const float*>(b.delta)[i * H + h];
   float g_score = 0.0f, dq[CPL], datt[CPL];
@@ -142,7 +132,7 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k = k0 + (u < n ? u : 0), j = col[k];
-      load_key<scalar_t, L, CPL>(p, g, j, k, h, kk[u]);
+      load_key<K, scalar_t, L, CPL>(p, g, j, k, h, kk[u]);
       load_value<scalar_t, L, CPL>(p, g, j, k, h, v[u]);
     }
 #pragma unroll
@@ -150,14 +140,14 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
       if (u >= n) continue;  // uniform across the group
       const int64_t k = k0 + u;
       float z[CPL], prob_r;
-      const float de = slot_grad<scalar_t, L, CPL>(p, g, d, gi, m, s, delta, kk[u], v[u], k, h, z, prob_r);
+      const float de = slot_grad<K, scalar_t, L, CPL>(p, g, d, gi, m, s, delta, kk[u], v[u], k, h, z, prob_r);
       if (b.grad_edge_value) {
         float ev[CPL];
 #pragma unroll
         for (int t = 0; t < CPL; ++t) ev[t] = prob_r * gi[t];
-        store_row<scalar_t, L, CPL>(b.grad_edge_value, (k * H + h) * C, g, C, ev);
+        store_row<scalar_t, L, CPL>(b.grad_edge_value, (k * H + h) * C, g, C, p.vector_io, ev);
       }
-      if (p.kind == ScoreKind::kGat) {
+      if constexpr (K == ScoreKind::kGat) {
         const float gz = de * (z[0] > 0.0f ? 1.0f : slope);
         g_score += gz;
         if (b.grad_edge_score && g.sub == 0)
@@ -167,7 +157,7 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
       float dk[CPL];  // d (edge) key of this slot
 #pragma unroll
       for (int t = 0; t < CPL; ++t) {
-        if (p.kind == ScoreKind::kGatV2) {
+        if constexpr (K == ScoreKind::kGatV2) {
           dk[t] = de * d.att[t] * (z[t] > 0.0f ? 1.0f : slope);
           dq[t] += dk[t];
           datt[t] += de * leaky(z[t], slope);
@@ -176,7 +166,7 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
           dq[t] += de * scale * z[t];
         }
       }
-      store_row<scalar_t, L, CPL>(b.grad_edge_key, (k * H + h) * C, g, C, dk);
+      store_row<scalar_t, L, CPL>(b.grad_edge_key, (k * H + h) * C, g, C, p.vector_io, dk);
     }
   }
   if (task >= p.num_dst) {
@@ -188,11 +178,11 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
   }
   if (b.grad_dst_score && g.sub == 0)
     static_cast<scalar_t*>(b.grad_dst_score)[i * H + h] = from_acc<scalar_t>(g_score);
-  store_row<scalar_t, L, CPL>(b.grad_query, (i * H + h) * C, g, C, dq);
+  store_row<scalar_t, L, CPL>(b.grad_query, (i * H + h) * C, g, C, p.vector_io, dq);
   if (b.grad_att_partial) store_acc_row(static_cast<float*>(b.grad_att_partial) + (i * H + h) * C, g, C, datt);
 }
 
-template <typename scalar_t, typename index_t, int L, int CPL>
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
 __global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
@@ -218,30 +208,30 @@ __global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
     for (int u = 0; u < U; ++u) {
       const int64_t kt = kt0 + (u < n ? u : 0), i = col_t[kt];
       k[u] = t2c[kt];
-      d[u].load(p, i, h, g.sub, L);
-      load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, gi[u]);
+      d[u].load(p, i, h, g.sub, p.vector_io);
+      load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, p.vector_io, gi[u]);
       const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
       m[u] = st[0];
       s[u] = st[1];
       delta[u] = static_cast<const float*>(b.delta)[i * H + h];
-      load_key<scalar_t, L, CPL>(p, g, j, k[u], h, kk[u]);
+      load_key<K, scalar_t, L, CPL>(p, g, j, k[u], h, kk[u]);
       load_value<scalar_t, L, CPL>(p, g, j, k[u], h, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (u >= n) continue;  // uniform across the group
       float z[CPL], prob_r;
-      const float de = slot_grad<scalar_t, L, CPL>(p, g, d[u], gi[u], m[u], s[u], delta[u], kk[u],
+      const float de = slot_grad<K, scalar_t, L, CPL>(p, g, d[u], gi[u], m[u], s[u], delta[u], kk[u],
                                                    v[u], k[u], h, z, prob_r);
 #pragma unroll
       for (int t = 0; t < CPL; ++t) gval[t] += prob_r * gi[u][t];
-      if (p.kind == ScoreKind::kGat) {
+      if constexpr (K == ScoreKind::kGat) {
         g_score += de * (z[0] > 0.0f ? 1.0f : slope);
         continue;
       }
 #pragma unroll
       for (int t = 0; t < CPL; ++t)
-        gkey[t] += p.kind == ScoreKind::kGatV2 ? de * d[u].att[t] * (z[t] > 0.0f ? 1.0f : slope)
+        gkey[t] += K == ScoreKind::kGatV2 ? de * d[u].att[t] * (z[t] > 0.0f ? 1.0f : slope)
                                                 : de * scale * d[u].q[t];
     }
   }
@@ -254,16 +244,16 @@ __global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
   }
   if (b.grad_src_score && g.sub == 0)
     static_cast<scalar_t*>(b.grad_src_score)[j * H + h] = from_acc<scalar_t>(g_score);
-  store_row<scalar_t, L, CPL>(b.grad_value, (j * H + h) * C, g, C, gval);
-  store_row<scalar_t, L, CPL>(b.grad_key, (j * H + h) * C, g, C, gkey);
+  store_row<scalar_t, L, CPL>(b.grad_value, (j * H + h) * C, g, C, p.vector_io, gval);
+  store_row<scalar_t, L, CPL>(b.grad_key, (j * H + h) * C, g, C, p.vector_io, gkey);
 }
 
 // Adds the work items of each heavy row in item order and writes the row's three outputs:
 // a scalar (as scalar_t) and two C-vectors (the first as scalar_t, the second as scalar_t or,
 // with second_is_acc, as float: GATv2's d att partial).
 template <typename scalar_t, int L, int CPL>
-__global__ void merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C, void* scalar_out,
-                             void* first_out, void* second_out, bool second_is_acc) {
+__global__ void merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C, bool vec,
+                             void* scalar_out, void* first_out, void* second_out, bool second_is_acc) {
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
   const int64_t hi = group / H, h = group % H;
@@ -276,17 +266,17 @@ __global__ void merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C
     sc += slot[0];
 #pragma unroll
     for (int t = 0; t < CPL; ++t) {
-      const int64_t c = g.sub + int64_t(L) * t;
+      const int64_t c = int64_t(g.sub) * CPL + t;
       if (c < C) a[t] += slot[1 + c], b2[t] += slot[1 + C + c];
     }
   }
   const int64_t row = split.heavy_rows[hi];
   if (scalar_out && g.sub == 0) static_cast<scalar_t*>(scalar_out)[row * H + h] = from_acc<scalar_t>(sc);
-  store_row<scalar_t, L, CPL>(first_out, (row * H + h) * C, g, C, a);
+  store_row<scalar_t, L, CPL>(first_out, (row * H + h) * C, g, C, vec, a);
   if (second_is_acc) {
     if (second_out) store_acc_row(static_cast<float*>(second_out) + (row * H + h) * C, g, C, b2);
   } else {
-    store_row<scalar_t, L, CPL>(second_out, (row * H + h) * C, g, C, b2);
+    store_row<scalar_t, L, CPL>(second_out, (row * H + h) * C, g, C, vec, b2);
   }
 }
 
@@ -314,27 +304,34 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      dispatch_layout(p.channels, [&](auto l, auto cpl) {
+      dispatch_layout<scalar_t>(p.channels, [&](auto l, auto cpl) {
         constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
         const int64_t H = p.heads;
+        AttentionBackwardParams q = b;
+        q.fwd.vector_io = rows_aligned(p, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
+                                                b.grad_edge_key, b.grad_edge_value});
         if (p.num_dst > 0) {
-          delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * H * L), kThreads, 0, s>>>(b);
+          delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * H * L), kThreads, 0, s>>>(q);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
         if (need_a && p.num_dst > 0) {
-          pass_a_kernel<scalar_t, index_t, L, CPL>
-              <<<blocks_for((p.num_dst + p.split.num_items) * H * L), kThreads, 0, s>>>(b, part_a);
+          dispatch_kind(p.kind, [&](auto kind) {
+            pass_a_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>
+                <<<blocks_for((p.num_dst + p.split.num_items) * H * L), kThreads, 0, s>>>(q, part_a);
+          });
           if (p.split.num_heavy > 0)
             merge_kernel<scalar_t, L, CPL><<<blocks_for(p.split.num_heavy * H * L), kThreads, 0, s>>>(
-                p.split, part_a, H, p.channels, b.grad_dst_score, b.grad_query, b.grad_att_partial, true);
+                p.split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, b.grad_query, b.grad_att_partial, true);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
         if (need_b && p.num_src > 0) {
-          pass_b_kernel<scalar_t, index_t, L, CPL>
-              <<<blocks_for((p.num_src + b.split_t.num_items) * H * L), kThreads, 0, s>>>(b, part_b);
+          dispatch_kind(p.kind, [&](auto kind) {
+            pass_b_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>
+                <<<blocks_for((p.num_src + b.split_t.num_items) * H * L), kThreads, 0, s>>>(q, part_b);
+          });
           if (b.split_t.num_heavy > 0)
             merge_kernel<scalar_t, L, CPL><<<blocks_for(b.split_t.num_heavy * H * L), kThreads, 0, s>>>(
-                b.split_t, part_b, H, p.channels, b.grad_src_score, b.grad_value, b.grad_key, false);
+                b.split_t, part_b, H, p.channels, q.fwd.vector_io, b.grad_src_score, b.grad_value, b.grad_key, false);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
       });

@@ -22,7 +22,7 @@ struct Partial {  // workspace layout of the work items' partial states
   float* acc;     // [num_items, H, C]
 };
 
-template <typename scalar_t, typename index_t, int L, int CPL>
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
 __global__ void forward_kernel(AttentionParams p, Partial part) {
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -44,7 +44,7 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
     end = it[2];
   }
   DstSide<scalar_t, CPL> d;
-  d.load(p, i, h, g.sub, L);
+  d.load(p, i, h, g.sub, p.vector_io);
   float m = -INFINITY, s = 0.0f, acc[CPL];
 #pragma unroll
   for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
@@ -60,14 +60,14 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
     for (int u = 0; u < U; ++u) j[u] = u < n ? int64_t(col[k0 + u]) : int64_t(col[k0]);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      load_key<scalar_t, L, CPL>(p, g, j[u], k0 + (u < n ? u : 0), h, kk[u]);
+      load_key<K, scalar_t, L, CPL>(p, g, j[u], k0 + (u < n ? u : 0), h, kk[u]);
       load_value<scalar_t, L, CPL>(p, g, j[u], k0 + (u < n ? u : 0), h, v[u]);
     }
     float m_new = m;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float z[CPL];
-      e[u] = score_of<scalar_t, L, CPL>(p, g, d, kk[u], z);
+      e[u] = score_of<K, scalar_t, L, CPL>(p, g, d, kk[u], z);
       if (u < n) {
         m_new = fmaxf(m_new, e[u]);
         if (weights && g.sub == 0) weights[(k0 + u) * p.heads + h] = e[u];  // normalised later
@@ -95,7 +95,7 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
     if (g.sub == 0) part.m[slot] = m, part.s[slot] = s;
 #pragma unroll
     for (int t = 0; t < CPL; ++t) {
-      const int64_t c = g.sub + int64_t(L) * t;
+      const int64_t c = int64_t(g.sub) * CPL + t;
       if (c < C) part.acc[slot * C + c] = acc[t];
     }
     return;
@@ -104,7 +104,7 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
   const float denom = s + kSoftmaxEps;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) {
-    const int64_t c = g.sub + int64_t(L) * t;
+    const int64_t c = int64_t(g.sub) * CPL + t;
     if (c < C) out[c] = from_acc<scalar_t>(acc[t] / denom);
   }
   if (g.sub == 0) {
@@ -135,7 +135,7 @@ __global__ void merge_kernel(AttentionParams p, Partial part) {
     S += part.s[slot] * r;
 #pragma unroll
     for (int t = 0; t < CPL; ++t) {
-      const int64_t c = g.sub + int64_t(L) * t;
+      const int64_t c = int64_t(g.sub) * CPL + t;
       if (c < C) acc[t] += part.acc[slot * C + c] * r;
     }
   }
@@ -144,7 +144,7 @@ __global__ void merge_kernel(AttentionParams p, Partial part) {
   const float denom = S + kSoftmaxEps;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) {
-    const int64_t c = g.sub + int64_t(L) * t;
+    const int64_t c = int64_t(g.sub) * CPL + t;
     if (c < C) out[c] = from_acc<scalar_t>(acc[t] / denom);
   }
   if (g.sub == 0) {
@@ -200,14 +200,19 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
     if constexpr (!std::is_same_v<scalar_t, double>) {
-      dispatch_layout(p.channels, [&](auto l, auto cpl) {
+      dispatch_layout<scalar_t>(p.channels, [&](auto l, auto cpl) {
         constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
+        AttentionParams q = p;
+        q.vector_io = rows_aligned(p, CPL, {});
         const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
-        forward_kernel<scalar_t, index_t, L, CPL><<<blocks_for(groups * L), kThreads, 0, s>>>(p, part);
+        dispatch_kind(p.kind, [&](auto kind) {
+          forward_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>
+              <<<blocks_for(groups * L), kThreads, 0, s>>>(q, part);
+        });
         GNNIO_CUDA_CHECK(cudaGetLastError());
         if (p.split.num_heavy > 0) {
           merge_kernel<scalar_t, L, CPL>
-              <<<blocks_for(p.split.num_heavy * p.heads * L), kThreads, 0, s>>>(p, part);
+              <<<blocks_for(p.split.num_heavy * p.heads * L), kThreads, 0, s>>>(q, part);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
       });

@@ -65,6 +65,10 @@ struct AttentionParams {
   void* weights = nullptr;  // optional [nnz, H] float32 (float64): p~_k, for return_attention_weights
 
   RowSplit split;  // CUDA super-node split of csr_by_dst
+
+  // Set by the CUDA launcher (not the caller): every feature row is 16-byte aligned and the
+  // channel count a multiple of a lane's vector, so kernels may use 16-byte loads and stores.
+  bool vector_io = false;
 };
 
 struct AttentionBackwardParams {

@@ -1,19 +1,24 @@
 // Device pieces shared by the attention kernels: the lane layout of a (row, head) task, the
 // three scores with what their backward needs, and the merge of partial online-softmax states.
 //
-// Layout: a group of L lanes (8, 16 or 32; several groups per warp when channels are few) owns
-// one (row, head) task; lane `sub` holds channels c = sub + L * t for t < CPL, so the L lanes
-// read L consecutive channels of a feature row per step (coalesced).
+// Layout: a group of L lanes owns one (row, head) task and lane `sub` holds the CPL consecutive
+// channels c = sub * CPL + t (t < CPL), CPL chosen so that a lane reads 16 bytes at once. A head
+// of 32 float32 channels is 8 lanes, so a warp covers 4 heads of one row (512 contiguous bytes
+// of a feature row per slot) or, with one head, 4 rows: few channels or small degrees do not
+// leave lanes idle.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "gnnio/attention/dropout.h"
 #include "gnnio/attention/params.h"
 #include "gnnio/common/convert.cuh"
+#include "gnnio/common/vec.cuh"
 
 namespace gnnio::attention_detail {
 
@@ -39,24 +44,65 @@ struct Group {
 template <typename acc_t>
 __device__ inline acc_t leaky(acc_t v, acc_t slope) { return v > acc_t(0) ? v : v * slope; }
 
+// Channels c0 .. c0 + CPL - 1 of a row as floats, zeros at or beyond C. With `vec` (the launcher
+// checked 16-byte alignment of every row and C % CPL == 0) as whole 16-byte loads.
+template <typename scalar_t, int CPL>
+__device__ inline void load_channels(const scalar_t* row, int64_t c0, int64_t C, bool vec,
+                                     float (&out)[CPL]) {
+  constexpr int kChunk = 16 / sizeof(scalar_t);
+  if (vec && CPL % kChunk == 0) {
+    if (c0 >= C) {
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) out[t] = 0.0f;
+      return;
+    }
+#pragma unroll
+    for (int q = 0; q < CPL / kChunk; ++q) {
+      const auto v = load_vec<kChunk>(row + c0 + q * kChunk);
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) out[q * kChunk + e] = to_acc(v.v[e]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) out[t] = c0 + t < C ? to_acc(row[c0 + t]) : 0.0f;
+}
+
+template <typename scalar_t, int CPL>
+__device__ inline void store_channels(scalar_t* row, int64_t c0, int64_t C, bool vec,
+                                      const float (&v)[CPL]) {
+  constexpr int kChunk = 16 / sizeof(scalar_t);
+  if (vec && CPL % kChunk == 0) {
+    if (c0 >= C) return;
+#pragma unroll
+    for (int q = 0; q < CPL / kChunk; ++q) {
+      Vec<scalar_t, kChunk> out;
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) out.v[e] = from_acc<scalar_t>(v[q * kChunk + e]);
+      store_vec<kChunk>(row + c0 + q * kChunk, out);
+    }
+    return;
+  }
+#pragma unroll
+  for (int t = 0; t < CPL; ++t)
+    if (c0 + t < C) row[c0 + t] = from_acc<scalar_t>(v[t]);
+}
+
 // Per-task constants: the destination-side operands of row i, head h, kept in registers.
 template <typename scalar_t, int CPL>
 struct DstSide {
-  float q[CPL];    // query (GATv2 / dot), 0 beyond C
-  float att[CPL];  // att (GATv2)
+  float q[CPL] = {};    // query (GATv2 / dot), 0 beyond C
+  float att[CPL] = {};  // att (GATv2)
   float score;     // dst_score (GAT)
 
-  __device__ void load(const AttentionParams& p, int64_t i, int64_t h, int sub, int L) {
-    const auto* query = static_cast<const scalar_t*>(p.query);
-    const auto* a = static_cast<const scalar_t*>(p.att);
+  __device__ void load(const AttentionParams& p, int64_t i, int64_t h, int sub, bool vec) {
+    const int64_t C = p.channels, c0 = int64_t(sub) * CPL;
+    if (p.query)
+      load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.query) + (i * p.heads + h) * C,
+                                   c0, C, vec, q);
+    if (p.att)
+      load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.att) + h * C, c0, C, vec, att);
     const auto* ds = static_cast<const scalar_t*>(p.dst_score);
-#pragma unroll
-    for (int t = 0; t < CPL; ++t) {
-      const int64_t c = sub + int64_t(L) * t;
-      const bool ok = c < p.channels;
-      q[t] = ok && query ? to_acc(query[(i * p.heads + h) * p.channels + c]) : 0.0f;
-      att[t] = ok && a ? to_acc(a[h * p.channels + c]) : 0.0f;
-    }
     score = ds ? to_acc(ds[i * p.heads + h]) : 0.0f;
   }
 };
@@ -64,40 +110,42 @@ struct DstSide {
 // The source-side inputs of slot k's score, loaded apart from the arithmetic so that a kernel
 // can issue the loads of several slots before the first reduction: GAT's two scalars (raw[0]),
 // or key_j + edge_key_k per channel.
-template <typename scalar_t, int L, int CPL>
+template <ScoreKind K, typename scalar_t, int L, int CPL>
 __device__ inline void load_key(const AttentionParams& p, const Group<L>& g, int64_t j, int64_t k,
                                 int64_t h, float (&kk)[CPL]) {
   const int64_t H = p.heads, C = p.channels;
-  if (p.kind == ScoreKind::kGat) {
+  if constexpr (K == ScoreKind::kGat) {
     const auto* ss = static_cast<const scalar_t*>(p.src_score);
     const auto* es = static_cast<const scalar_t*>(p.edge_score);
     kk[0] = to_acc(ss[j * H + h]) + (es ? to_acc(es[k * H + h]) : 0.0f);
     return;
   }
-  const auto* key = static_cast<const scalar_t*>(p.key) + (j * H + h) * C;
-  const auto* ek = p.edge_key ? static_cast<const scalar_t*>(p.edge_key) + (k * H + h) * C : nullptr;
+  const int64_t c0 = int64_t(g.sub) * CPL;
+  load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.key) + (j * H + h) * C, c0, C, p.vector_io, kk);
+  if (p.edge_key) {
+    float ek[CPL];
+    load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.edge_key) + (k * H + h) * C, c0, C,
+                                 p.vector_io, ek);
 #pragma unroll
-  for (int t = 0; t < CPL; ++t) {
-    const int64_t c = g.sub + int64_t(L) * t;
-    kk[t] = c < C ? to_acc(key[c]) + (ek ? to_acc(ek[c]) : 0.0f) : 0.0f;
+    for (int t = 0; t < CPL; ++t) kk[t] += ek[t];
   }
 }
 
 // e of a slot from its loaded key. z keeps what the backward differentiates through: the
 // pre-activation (GAT: z[0]; GATv2: per channel) or the key + edge key (dot).
-template <typename scalar_t, int L, int CPL>
+template <ScoreKind K, typename scalar_t, int L, int CPL>
 __device__ inline float score_of(const AttentionParams& p, const Group<L>& g,
                                  const DstSide<scalar_t, CPL>& d, const float (&kk)[CPL],
                                  float (&z)[CPL]) {
   const float slope = static_cast<float>(p.negative_slope);
-  if (p.kind == ScoreKind::kGat) {
+  if constexpr (K == ScoreKind::kGat) {
     z[0] = kk[0] + d.score;
     return leaky(z[0], slope);
   }
   float part = 0.0f;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) {
-    if (p.kind == ScoreKind::kGatV2) {
+    if constexpr (K == ScoreKind::kGatV2) {
       z[t] = kk[t] + d.q[t];
       part += d.att[t] * leaky(z[t], slope);
     } else {
@@ -106,30 +154,31 @@ __device__ inline float score_of(const AttentionParams& p, const Group<L>& g,
     }
   }
   const float e = g.sum(part);
-  return p.kind == ScoreKind::kDot ? e * static_cast<float>(p.scale) : e;
+  return K == ScoreKind::kDot ? e * static_cast<float>(p.scale) : e;
 }
 
 // e of slot k (edge j -> i, head h), loads and arithmetic together.
-template <typename scalar_t, int L, int CPL>
+template <ScoreKind K, typename scalar_t, int L, int CPL>
 __device__ inline float edge_score(const AttentionParams& p, const Group<L>& g,
                                    const DstSide<scalar_t, CPL>& d, int64_t j, int64_t k,
                                    int64_t h, float (&z)[CPL]) {
   float kk[CPL];
-  load_key<scalar_t, L, CPL>(p, g, j, k, h, kk);
-  return score_of<scalar_t, L, CPL>(p, g, d, kk, z);
+  load_key<K, scalar_t, L, CPL>(p, g, j, k, h, kk);
+  return score_of<K, scalar_t, L, CPL>(p, g, d, kk, z);
 }
 
 // value_j + edge_value_k for this lane's channels.
 template <typename scalar_t, int L, int CPL>
 __device__ inline void load_value(const AttentionParams& p, const Group<L>& g, int64_t j,
                                   int64_t k, int64_t h, float (&v)[CPL]) {
-  const int64_t H = p.heads, C = p.channels;
-  const auto* val = static_cast<const scalar_t*>(p.value) + (j * H + h) * C;
-  const auto* ev = p.edge_value ? static_cast<const scalar_t*>(p.edge_value) + (k * H + h) * C : nullptr;
+  const int64_t H = p.heads, C = p.channels, c0 = int64_t(g.sub) * CPL;
+  load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + (j * H + h) * C, c0, C, p.vector_io, v);
+  if (p.edge_value) {
+    float ev[CPL];
+    load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.edge_value) + (k * H + h) * C, c0, C,
+                                 p.vector_io, ev);
 #pragma unroll
-  for (int t = 0; t < CPL; ++t) {
-    const int64_t c = g.sub + int64_t(L) * t;
-    v[t] = c < C ? to_acc(val[c]) + (ev ? to_acc(ev[c]) : 0.0f) : 0.0f;
+    for (int t = 0; t < CPL; ++t) v[t] += ev[t];
   }
 }
 
@@ -149,24 +198,54 @@ __device__ inline int64_t first_item(const RowSplit& s, int64_t owner) {
   return lo;
 }
 
+// Calls fn(std::integral_constant<ScoreKind, K>) for the kind of p: each kind is its own kernel,
+// so GAT's scalar scores do not carry GATv2's per-channel registers.
+template <typename Fn>
+void dispatch_kind(ScoreKind kind, Fn&& fn) {
+  switch (kind) {
+    case ScoreKind::kGat: return fn(std::integral_constant<ScoreKind, ScoreKind::kGat>{});
+    case ScoreKind::kGatV2: return fn(std::integral_constant<ScoreKind, ScoreKind::kGatV2>{});
+    case ScoreKind::kDot: return fn(std::integral_constant<ScoreKind, ScoreKind::kDot>{});
+  }
+}
+
 inline int blocks_for(int64_t threads) {
   const int64_t b = (threads + kThreads - 1) / kThreads;
   return static_cast<int>(b < 1 ? 1 : (b > (1 << 30) ? (1 << 30) : b));
 }
 
-// Calls fn(std::integral_constant<int, L>, std::integral_constant<int, CPL>) for the layout
-// the planner picks from the channel count: the smallest group that covers C in one step up to
-// 32 lanes, then up to 8 channels per lane (C <= 256).
-template <typename Fn>
+// Calls fn(std::integral_constant<int, L>, std::integral_constant<int, CPL>): CPL channels per
+// lane (16 bytes: 4 float32 or 8 half; 8 float32 when a head exceeds 128 channels), L the
+// smallest power of two of lanes that covers a head (at most 32, so C <= 256).
+template <typename scalar_t, typename Fn>
 void dispatch_layout(int64_t channels, Fn&& fn) {
-  if (channels <= 8) return fn(std::integral_constant<int, 8>{}, std::integral_constant<int, 1>{});
-  if (channels <= 16) return fn(std::integral_constant<int, 16>{}, std::integral_constant<int, 1>{});
-  if (channels <= 32) return fn(std::integral_constant<int, 32>{}, std::integral_constant<int, 1>{});
-  if (channels <= 64) return fn(std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{});
-  if (channels <= 128) return fn(std::integral_constant<int, 32>{}, std::integral_constant<int, 4>{});
-  return fn(std::integral_constant<int, 32>{}, std::integral_constant<int, 8>{});
+  constexpr int kCpl = 16 / sizeof(scalar_t);
+  auto with = [&](auto cpl) {
+    constexpr int CPL = decltype(cpl)::value;
+    const int64_t lanes = (channels + CPL - 1) / CPL;
+    if (lanes <= 1) return fn(std::integral_constant<int, 1>{}, cpl);
+    if (lanes <= 2) return fn(std::integral_constant<int, 2>{}, cpl);
+    if (lanes <= 4) return fn(std::integral_constant<int, 4>{}, cpl);
+    if (lanes <= 8) return fn(std::integral_constant<int, 8>{}, cpl);
+    if (lanes <= 16) return fn(std::integral_constant<int, 16>{}, cpl);
+    return fn(std::integral_constant<int, 32>{}, cpl);
+  };
+  if (channels <= 32 * kCpl) return with(std::integral_constant<int, kCpl>{});
+  return with(std::integral_constant<int, 8>{});
 }
 
 constexpr int64_t kMaxCudaChannels = 256;
+
+// Whether every feature row the kernels touch starts on a 16-byte boundary (base pointers
+// aligned, C a multiple of the lane's CPL channels): then AttentionParams::vector_io may be set.
+inline bool rows_aligned(const AttentionParams& p, int cpl, std::initializer_list<const void*> more) {
+  if (p.channels % cpl != 0) return false;
+  for (const void* ptr : {p.value, p.key, p.query, p.edge_key, p.edge_value, p.att,
+                          static_cast<const void*>(p.out)})
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  for (const void* ptr : more)
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  return true;
+}
 
 }  // namespace gnnio::attention_detail
