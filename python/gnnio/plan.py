@@ -101,10 +101,13 @@ class AttentionPlan(NamedTuple):
     heavy_src_items: Optional[torch.Tensor] = None
 
 
-# A warp walks one (node, head) row; rows far above the mean degree are split into chunks of
-# ATTENTION_CHUNK slots whose partial (max, sum, accumulator) are merged exactly afterwards.
-# Initial values, set from the reduction family's; see bench/NOTES.md.
-ATTENTION_CHUNK = 1024
+# A lane group walks one (node, head) row one slot step at a time; rows far above the mean
+# degree are split into chunks of ATTENTION_CHUNK slots whose partial (max, sum, accumulator)
+# are merged exactly afterwards. A chunk is a serial walk (~1 us per 4 slots), so it is kept
+# short: 1024-slot chunks were the long pole of the launch in the first measurement (NOTES).
+ATTENTION_CHUNK = 128
+ATTENTION_MIN_HEAVY = 128
+ATTENTION_OVER_MEAN = 8
 
 
 def plan_attention(graph, width: int, backward: bool = False,
@@ -118,7 +121,7 @@ def plan_attention(graph, width: int, backward: bool = False,
         return AttentionPlan(NODE_PARALLEL, None, None, "node-parallel: forced")
     stats = graph.stats()
     parts = []
-    threshold = int(max(MIN_HEAVY_DEGREE, HEAVY_OVER_MEAN * stats["mean_in_degree"]))
+    threshold = int(max(ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN * stats["mean_in_degree"]))
     heavy_rows = heavy_items = heavy_src = heavy_src_items = None
     light_max, light_max_out = NODE_PARALLEL, NODE_PARALLEL
     if stats["max_in_degree"] > threshold:
@@ -133,7 +136,7 @@ def plan_attention(graph, width: int, backward: bool = False,
         parts.append(f"no super nodes: max in-degree {stats['max_in_degree']} <= {threshold}")
     if backward:
         mean_out = graph.num_edges / max(graph.num_src, 1)
-        out_threshold = int(max(MIN_HEAVY_DEGREE, HEAVY_OVER_MEAN * mean_out))
+        out_threshold = int(max(ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN * mean_out))
         max_out = graph.max_out_degree()
         if max_out > out_threshold:
             heavy_src, heavy_src_items = graph._cached(

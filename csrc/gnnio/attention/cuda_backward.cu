@@ -43,17 +43,18 @@ __global__ void delta_kernel(AttentionBackwardParams b) {
 }
 
 // Where a task of a split CSR starts and ends; false for a heavy row (its items cover it).
+// Work items come first (the longest tasks start in the first waves), then the rows.
 template <typename index_t>
-__device__ inline bool task_range(const void* rowptr_v, const RowSplit& split, int64_t num_rows,
-                                  int64_t task, int64_t& row, int64_t& begin, int64_t& end) {
+__device__ inline bool task_range(const void* rowptr_v, const RowSplit& split, int64_t task,
+                                  int64_t& row, int64_t& begin, int64_t& end) {
   const auto* rowptr = static_cast<const index_t*>(rowptr_v);
-  if (task < num_rows) {
-    row = task;
+  if (task >= split.num_items) {
+    row = task - split.num_items;
     begin = rowptr[row];
     end = rowptr[row + 1];
     return end - begin <= split.light_max_degree;
   }
-  const int64_t* it = split.heavy_items + (task - num_rows) * 3;
+  const int64_t* it = split.heavy_items + task * 3;
   row = split.heavy_rows[it[0]];
   begin = it[1];
   end = it[2];
@@ -91,7 +92,7 @@ __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
                                   const float (&v)[CPL], int64_t k, int64_t h, float (&z)[CPL],
                                   float& prob_r) {
   const float e = score_of<K, scalar_t, L, CPL>(p, g, d, kk, z);
-  const float prob = __expf(e - m) / s;
+  const float prob = expf(e - m) / s;
   const float r = dropout_factor(p, k, h);
   float part = 0.0f;
 #pragma unroll
@@ -112,7 +113,7 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const int64_t task = group / p.heads, h = group % p.heads;
   if (task >= p.num_dst + p.split.num_items) return;
   int64_t i, begin, end;
-  if (!task_range<index_t>(p.rowptr, p.split, p.num_dst, task, i, begin, end)) return;
+  if (!task_range<index_t>(p.rowptr, p.split, task, i, begin, end)) return;
   const auto* col = static_cast<const index_t*>(p.col);
   const int64_t H = p.heads, C = p.channels;
   const float slope = static_cast<float>(p.negative_slope), scale = static_cast<float>(p.scale);
@@ -169,8 +170,8 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
       store_row<scalar_t, L, CPL>(b.grad_edge_key, (k * H + h) * C, g, C, p.vector_io, dk);
     }
   }
-  if (task >= p.num_dst) {
-    float* slot = part.base + ((task - p.num_dst) * H + h) * part.stride;
+  if (task < p.split.num_items) {
+    float* slot = part.base + (task * H + h) * part.stride;
     if (g.sub == 0) slot[0] = g_score;
     store_acc_row(slot + 1, g, C, dq);
     store_acc_row(slot + 1 + C, g, C, datt);
@@ -190,7 +191,7 @@ __global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
   const int64_t task = group / p.heads, h = group % p.heads;
   if (task >= p.num_src + b.split_t.num_items) return;
   int64_t j, begin, end;
-  if (!task_range<index_t>(b.rowptr_t, b.split_t, p.num_src, task, j, begin, end)) return;
+  if (!task_range<index_t>(b.rowptr_t, b.split_t, task, j, begin, end)) return;
   const auto* col_t = static_cast<const index_t*>(b.col_t);
   const auto* t2c = static_cast<const index_t*>(b.t2c);
   const int64_t H = p.heads, C = p.channels;
@@ -235,8 +236,8 @@ __global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
                                                 : de * scale * d[u].q[t];
     }
   }
-  if (task >= p.num_src) {
-    float* slot = part.base + ((task - p.num_src) * H + h) * part.stride;
+  if (task < b.split_t.num_items) {
+    float* slot = part.base + (task * H + h) * part.stride;
     if (g.sub == 0) slot[0] = g_score;
     store_acc_row(slot + 1, g, C, gval);
     store_acc_row(slot + 1 + C, g, C, gkey);
@@ -248,26 +249,45 @@ __global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
   store_row<scalar_t, L, CPL>(b.grad_key, (j * H + h) * C, g, C, p.vector_io, gkey);
 }
 
-// Adds the work items of each heavy row in item order and writes the row's three outputs:
-// a scalar (as scalar_t) and two C-vectors (the first as scalar_t, the second as scalar_t or,
-// with second_is_acc, as float: GATv2's d att partial).
+// One block per (heavy row, head) adds the row's work items: lane group q sums items q, q + G,
+// ..., then group 0 adds the G sums in group order (a fixed tree: the same bits every run). It
+// writes the row's three outputs: a scalar (scalar_t) and two C-vectors (the first as scalar_t,
+// the second as scalar_t or, with second_is_acc, as float: GATv2's d att partial).
 template <typename scalar_t, int L, int CPL>
 __global__ void merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C, bool vec,
                              void* scalar_out, void* first_out, void* second_out, bool second_is_acc) {
+  extern __shared__ float shared[];  // [G][1 + 2C]
+  constexpr int G = kThreads / L;
   const Group<L> g;
-  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
-  const int64_t hi = group / H, h = group % H;
-  if (hi >= split.num_heavy) return;
-  float sc = 0.0f, a[CPL], b2[CPL];
-#pragma unroll
-  for (int t = 0; t < CPL; ++t) a[t] = b2[t] = 0.0f;
-  for (int64_t it = first_item(split, hi); it < split.num_items && split.heavy_items[it * 3] == hi; ++it) {
+  const int q = threadIdx.x / L;
+  const int64_t hi = blockIdx.x / H, h = blockIdx.x % H;
+  const int64_t first = first_item(split, hi), last = first_item(split, hi + 1);
+  float sc = 0.0f, a[CPL] = {}, b2[CPL] = {};
+  for (int64_t it = first + q; it < last; it += G) {
     const float* slot = part.base + (it * H + h) * part.stride;
     sc += slot[0];
 #pragma unroll
     for (int t = 0; t < CPL; ++t) {
       const int64_t c = int64_t(g.sub) * CPL + t;
       if (c < C) a[t] += slot[1 + c], b2[t] += slot[1 + C + c];
+    }
+  }
+  float* mine = shared + q * part.stride;
+  if (g.sub == 0) mine[0] = sc;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = int64_t(g.sub) * CPL + t;
+    if (c < C) mine[1 + c] = a[t], mine[1 + C + c] = b2[t];
+  }
+  __syncthreads();
+  if (q != 0) return;
+  for (int w = 1; w < G; ++w) {
+    const float* other = shared + w * part.stride;
+    sc += other[0];
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) {
+      const int64_t c = int64_t(g.sub) * CPL + t;
+      if (c < C) a[t] += other[1 + c], b2[t] += other[1 + C + c];
     }
   }
   const int64_t row = split.heavy_rows[hi];
@@ -308,6 +328,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
         constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
         const int64_t H = p.heads;
         AttentionBackwardParams q = b;
+        const size_t smem = (kThreads / L) * stride * sizeof(float);
         q.fwd.vector_io = rows_aligned(p, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
                                                 b.grad_edge_key, b.grad_edge_value});
         if (p.num_dst > 0) {
@@ -320,7 +341,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
                 <<<blocks_for((p.num_dst + p.split.num_items) * H * L), kThreads, 0, s>>>(q, part_a);
           });
           if (p.split.num_heavy > 0)
-            merge_kernel<scalar_t, L, CPL><<<blocks_for(p.split.num_heavy * H * L), kThreads, 0, s>>>(
+            merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kThreads, smem, s>>>(
                 p.split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, b.grad_query, b.grad_att_partial, true);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
@@ -330,7 +351,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
                 <<<blocks_for((p.num_src + b.split_t.num_items) * H * L), kThreads, 0, s>>>(q, part_b);
           });
           if (b.split_t.num_heavy > 0)
-            merge_kernel<scalar_t, L, CPL><<<blocks_for(b.split_t.num_heavy * H * L), kThreads, 0, s>>>(
+            merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(b.split_t.num_heavy * H), kThreads, smem, s>>>(
                 b.split_t, part_b, H, p.channels, q.fwd.vector_io, b.grad_src_score, b.grad_value, b.grad_key, false);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }

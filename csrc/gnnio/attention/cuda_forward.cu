@@ -31,14 +31,15 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
   const auto* col = static_cast<const index_t*>(p.col);
   int64_t i, begin, end;
-  const bool item = task >= p.num_dst;
+  // Work items first: they are the longest tasks, so they start in the first waves.
+  const bool item = task < p.split.num_items;
   if (!item) {
-    i = task;
+    i = task - p.split.num_items;
     begin = rowptr[i];
     end = rowptr[i + 1];
     if (end - begin > p.split.light_max_degree) return;  // heavy: its work items cover it
   } else {
-    const int64_t* it = p.split.heavy_items + (task - p.num_dst) * 3;
+    const int64_t* it = p.split.heavy_items + task * 3;
     i = p.split.heavy_rows[it[0]];
     begin = it[1];
     end = it[2];
@@ -74,7 +75,7 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
       }
     }
     // A new running max rescales what was summed so far (exp(-inf) = 0 on the first step).
-    const float r = __expf(m - m_new);
+    const float r = expf(m - m_new);
     m = m_new;
     s *= r;
 #pragma unroll
@@ -82,7 +83,7 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (u >= n) continue;
-      const float w = __expf(e[u] - m);
+      const float w = expf(e[u] - m);
       s += w;
       const float wr = w * dropout_factor(p, k0 + u, h);
 #pragma unroll
@@ -91,7 +92,7 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
   }
   const int64_t H = p.heads, C = p.channels;
   if (item) {
-    const int64_t slot = (task - p.num_dst) * H + h;
+    const int64_t slot = task * H + h;
     if (g.sub == 0) part.m[slot] = m, part.s[slot] = s;
 #pragma unroll
     for (int t = 0; t < CPL; ++t) {
@@ -114,29 +115,56 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
   }
 }
 
-// One group per (heavy row, head): merges the row's work items in item order.
+// One block per (heavy row, head). Its lane groups merge interleaved subsets of the row's work
+// items (group q takes items q, q + G, ...), then group 0 merges the G results in group order:
+// a fixed tree, so the result does not depend on scheduling, and a 2M-slot row's thousands of
+// items are merged in parallel rather than by one walk.
 template <typename scalar_t, int L, int CPL>
 __global__ void merge_kernel(AttentionParams p, Partial part) {
+  extern __shared__ float shared[];  // [G] m, [G] s, [G][C] acc
+  constexpr int G = kThreads / L;
   const Group<L> g;
-  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
-  const int64_t hi = group / p.heads, h = group % p.heads;
-  if (hi >= p.split.num_heavy) return;
+  const int q = threadIdx.x / L;
+  const int64_t hi = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
   const int64_t H = p.heads, C = p.channels;
-  const int64_t first = first_item(p.split, hi);
-  float M = -INFINITY;
-  for (int64_t it = first; it < p.split.num_items && p.split.heavy_items[it * 3] == hi; ++it)
-    M = fmaxf(M, part.m[it * H + h]);
-  float S = 0.0f, acc[CPL];
-#pragma unroll
-  for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
-  for (int64_t it = first; it < p.split.num_items && p.split.heavy_items[it * 3] == hi; ++it) {
+  const int64_t first = first_item(p.split, hi), last = first_item(p.split, hi + 1);
+  float M = -INFINITY, S = 0.0f, acc[CPL] = {};
+  for (int64_t it = first + q; it < last; it += G) {
     const int64_t slot = it * H + h;
-    const float r = __expf(part.m[slot] - M);
-    S += part.s[slot] * r;
+    const float m = part.m[slot], M_new = fmaxf(M, m);
+    const float r_old = expf(M - M_new), r = expf(m - M_new);
+    S = S * r_old + part.s[slot] * r;
 #pragma unroll
     for (int t = 0; t < CPL; ++t) {
       const int64_t c = int64_t(g.sub) * CPL + t;
-      if (c < C) acc[t] += part.acc[slot * C + c] * r;
+      acc[t] = acc[t] * r_old + (c < C ? part.acc[slot * C + c] * r : 0.0f);
+    }
+    M = M_new;
+  }
+  float* sm_m = shared;
+  float* sm_s = shared + G;
+  float* sm_acc = shared + 2 * G;
+  if (g.sub == 0) sm_m[q] = M, sm_s[q] = S;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = int64_t(g.sub) * CPL + t;
+    if (c < C) sm_acc[q * C + c] = acc[t];
+  }
+  __syncthreads();
+  if (q != 0) return;
+  M = -INFINITY;
+  for (int w = 0; w < G; ++w) M = fmaxf(M, sm_m[w]);
+  S = 0.0f;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
+  for (int w = 0; w < G; ++w) {
+    if (sm_m[w] == -INFINITY) continue;  // a group without items
+    const float r = expf(sm_m[w] - M);
+    S += sm_s[w] * r;
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) {
+      const int64_t c = int64_t(g.sub) * CPL + t;
+      if (c < C) acc[t] += sm_acc[w * C + c] * r;
     }
   }
   const int64_t i = p.split.heavy_rows[hi];
@@ -171,7 +199,7 @@ __global__ void normalize_weights_kernel(AttentionParams p) {
       if (int64_t(rowptr[mid]) <= k) lo = mid; else hi = mid;
     }
     const float* st = stats + (lo * p.heads + h) * 2;
-    weights[x] = __expf(weights[x] - st[0]) / st[1] * dropout_factor(p, k, h);
+    weights[x] = expf(weights[x] - st[0]) / st[1] * dropout_factor(p, k, h);
   }
 }
 
@@ -211,8 +239,9 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
         });
         GNNIO_CUDA_CHECK(cudaGetLastError());
         if (p.split.num_heavy > 0) {
+          const size_t smem = (kThreads / L) * (2 + p.channels) * sizeof(float);
           merge_kernel<scalar_t, L, CPL>
-              <<<blocks_for(p.split.num_heavy * p.heads * L), kThreads, 0, s>>>(q, part);
+              <<<static_cast<unsigned>(p.split.num_heavy * p.heads), kThreads, smem, s>>>(q, part);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
       });

@@ -87,6 +87,10 @@ def _loop_attr(edge_attr: Tensor, dst: Tensor, num_dst: int, num_loops: int, fil
         if edge_attr.dim() != loop.dim():
             loop = loop.unsqueeze(0)
         return loop.expand(size).contiguous()
+    if edge_attr.dtype in (torch.float16, torch.bfloat16):
+        # PyG reduces in the features' dtype: in bf16 a count or sum stops growing at 256
+        # terms and in fp16 a count overflows past 65504. Reduce in float32 instead.
+        return _loop_attr(edge_attr.float(), dst, num_dst, num_loops, fill_value).to(edge_attr.dtype)
     full = (num_dst,) + tuple(edge_attr.shape[1:])
     index = dst.view((-1,) + (1,) * (edge_attr.dim() - 1)).expand_as(edge_attr)
     if fill_value in ("add", "sum"):
