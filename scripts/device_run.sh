@@ -2,7 +2,8 @@
 # Everything one GPU session needs, in one call of the device tool:
 #   bash scripts/device_run.sh [build] [ctest] [test] [sanitize] [bench-spmm] [bench-reduce]
 #                              [bench-attention]   (default: all; "bench" = every bench stage)
-# PYTEST_ARGS passes extra arguments to pytest (e.g. "-k cuda").
+# PYTEST_ARGS passes extra arguments to pytest (e.g. "-k cuda"). Pass GNNIO_COMMIT=<hash of the
+# commit sent> in the command: the copied tree's git metadata on the device can be stale.
 # Run from the repository root with the shared graphs copied to .data/graphs (git-ignored)
 # and, where the machine lacks pytest, wheels in .whl. Logs and results go to $OUT.
 set -uo pipefail

@@ -69,6 +69,10 @@ def card_name(device):
 
 
 def git_commit():
+    """GNNIO_COMMIT when set (a copied tree's git metadata can be stale: the device runs pass
+    the commit they were sent from), else the checkout's HEAD."""
+    if os.environ.get("GNNIO_COMMIT"):
+        return os.environ["GNNIO_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                               cwd=os.path.dirname(__file__)).stdout.strip() or "unknown"
