@@ -79,7 +79,8 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     bool any = false;
     for (int64_t n : needs) any |= n != 0;
     if (!any || !grads[0].defined()) return result;
-    TORCH_CHECK_VALUE(s[11].numel() > 0,
+    // sym_numel: under torch.compile the saved tensors have symbolic sizes.
+    TORCH_CHECK_VALUE(s[11].sym_numel() != 0,
                       "graph_attention backward needs the transposed CSR (built when the forward "
                       "saw an input that requires grad)");
     static auto op = c10::Dispatcher::singleton()

@@ -914,3 +914,23 @@ def test_cuda_dropout_masks_equal_cpu(monkeypatch, layer, opts):
         _, w_g = gnnio.ops.graph_attention(gcuda, "gatv2", **{k: v.cuda() for k, v in ops.items()},
                                            dropout=0.5, seed=seed, return_weights=True)
         assert torch.equal(w_c == 0, w_g.cpu() == 0)
+
+
+@pytest.mark.parametrize("kind", ["gat", "gatv2", "dot"])
+def test_opcheck_graph_attention(kind):
+    # Schema, fake (meta) kernel, autograd registration and torch.compile's view of the op.
+    ei, n = random_graph(12, 40)
+    g = gnnio.Graph(ei, num_nodes=n)
+    f, t = g.csr_by_dst, g.csr_by_src
+    H, C, E = 2, 3, ei.size(1)
+
+    def r(*shape):
+        return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    value = r(n, H, C)
+    scores = [r(n, H), r(n, H), r(E, H)] if kind == "gat" else [None, None, None]
+    qk = [r(n, H, C), r(n, H, C), r(E, H, C)] if kind != "gat" else [None, None, None]
+    att = r(H, C) if kind == "gatv2" else None
+    edge_value = r(E, H, C) if kind == "dot" else None
+    args = (f.rowptr, f.col, {"gat": 0, "gatv2": 1, "dot": 2}[kind], value, *scores, *qk, att,
+            edge_value, n, 0.2, 0.5, 0.25, 7, True, t.rowptr, t.col, g.src_slot_to_dst_slot)
+    torch.library.opcheck(torch.ops.gnnio.graph_attention.default, args)
