@@ -1,0 +1,272 @@
+"""gnnio.ops.graph_attention on the CPU (kinds 'gat', 'gatv2', 'dot': fused online softmax,
+weights recomputed in the backward, dropout from a counter-based mask): a materialised reference,
+gradcheck in float64, dropout statistics and masks, bad inputs, opcheck."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gnnio
+from conftest import assert_no_worse_than_reference
+from graphs import random_graph, real
+
+pyg_nn = pytest.importorskip("torch_geometric.nn")
+pyg_utils = pytest.importorskip("torch_geometric.utils")
+
+EPS32 = torch.finfo(torch.float32).eps
+
+
+
+def reference_attention(graph, kind, value, *, src_score=None, dst_score=None, edge_score=None,
+                        query=None, key=None, edge_key=None, att=None, edge_value=None,
+                        negative_slope=0.2, scale=1.0, keep=None, dropout=0.0):
+    """graph_attention's contract written out with E x H tensors and PyG's softmax; ``keep`` is
+    an [E, H] dropout mask in edge order. Returns (out, weights)."""
+    src, dst = graph.edge_index.long()
+    heads, channels = value.shape[1:]
+    if kind == "gat":
+        e = src_score[src]
+        if dst_score is not None:
+            e = e + dst_score[dst]
+        if edge_score is not None:
+            e = e + edge_score
+        e = F.leaky_relu(e, negative_slope)
+    elif kind == "gatv2":
+        z = key[src] + query[dst] + (0 if edge_key is None else edge_key)
+        e = (F.leaky_relu(z, negative_slope) * att.reshape(1, heads, channels)).sum(-1)
+    else:
+        k = key[src] + (0 if edge_key is None else edge_key)
+        e = scale * (query[dst] * k).sum(-1)
+    p = pyg_utils.softmax(e, dst, num_nodes=graph.num_dst)
+    if keep is not None:
+        p = p * keep.to(p.dtype) / (1 - dropout)
+    v = value[src] + (0 if edge_value is None else edge_value)
+    out = torch.zeros(graph.num_dst, heads, channels, dtype=value.dtype).index_add(
+        0, dst, p.unsqueeze(-1) * v)
+    return out, p
+
+
+# (kind, which optional operands): every score form with and without its edge terms.
+OP_CASES = [("gat", ()), ("gat", ("dst_score",)), ("gat", ("dst_score", "edge_score")),
+            ("gat", ("dst_score", "edge_score", "edge_value")),
+            ("gatv2", ()), ("gatv2", ("edge_key",)), ("gatv2", ("edge_key", "edge_value")),
+            ("dot", ()), ("dot", ("edge_key",)), ("dot", ("edge_value",)),
+            ("dot", ("edge_key", "edge_value"))]
+OP_IDS = [f"{k}-{'+'.join(o) or 'plain'}" for k, o in OP_CASES]
+
+
+def make_operands(kind, optional, graph, heads, channels, dtype, generator=None, signed=False):
+    """Random operands of ``kind`` with the ``optional`` ones.
+
+    ``signed``: the source's term inside the LeakyReLU (``src_score``, ``key``) is
+    +-(0.5 + |N(0,1)|) with a random sign and the other terms lie in [-0.1, 0.1], so every
+    pre-activation is >= 0.3 away from the kink, on the branch its source picks. No rounding can
+    then flip a branch (whose derivative jumps by 1 - slope, an O(1) change of a gradient that
+    per-element tolerances cannot absorb), while the branch still varies between a destination's
+    edges, so destination-side gradients are not trivially 0 (with one branch per row they are:
+    a per-row shift of the scores leaves the softmax unchanged)."""
+    ns, nd, e = graph.num_src, graph.num_dst, graph.num_edges
+
+    def r(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    def source_term(*shape):
+        if not signed:
+            return r(*shape).to(dtype)
+        sign = torch.randint(0, 2, shape, generator=generator).double() * 2 - 1
+        return (sign * (0.5 + r(*shape).abs())).to(dtype)
+
+    def other_term(*shape):
+        if not signed:
+            return r(*shape).to(dtype)
+        return (0.2 * torch.rand(*shape, generator=generator, dtype=torch.float64) - 0.1).to(dtype)
+
+    ops = {"value": r(ns, heads, channels).to(dtype)}
+    if kind == "gat":
+        ops["src_score"] = source_term(ns, heads)
+        if "dst_score" in optional:
+            ops["dst_score"] = other_term(nd, heads)
+        if "edge_score" in optional:
+            ops["edge_score"] = other_term(e, heads)
+    elif kind == "gatv2":
+        ops["query"], ops["key"] = other_term(nd, heads, channels), source_term(ns, heads, channels)
+        ops["att"] = r(heads, channels).to(dtype)
+        if "edge_key" in optional:
+            ops["edge_key"] = other_term(e, heads, channels)
+    else:
+        ops["query"], ops["key"] = r(nd, heads, channels).to(dtype), r(ns, heads, channels).to(dtype)
+        if "edge_key" in optional:
+            ops["edge_key"] = r(e, heads, channels).to(dtype)
+    if "edge_value" in optional:
+        ops["edge_value"] = r(e, heads, channels).to(dtype)
+    return ops
+
+
+def _op(graph, kind, names, scale=0.7, **kw):
+    def f(*tensors):
+        return gnnio.ops.graph_attention(graph, kind, **dict(zip(names, tensors)),
+                                         negative_slope=0.1, scale=scale, **kw)
+    return f
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.4])
+@pytest.mark.parametrize("bipartite", [False, True])
+@pytest.mark.parametrize("kind,optional", OP_CASES, ids=OP_IDS)
+def test_gradcheck_float64(kind, optional, bipartite, dropout):
+    gen = torch.Generator().manual_seed(5)
+    if bipartite:
+        ei = torch.stack([torch.randint(7, (30,), generator=gen), torch.randint(6, (30,), generator=gen)])
+        graph = gnnio.Graph(ei, size=(7, 6))
+    else:
+        ei, n = random_graph(9, 40, generator=gen)
+        graph = gnnio.Graph(ei, num_nodes=n + 2)  # two isolated nodes
+    ops = make_operands(kind, optional, graph, 2, 3, torch.float64, gen)
+    names = list(ops)
+    tensors = [t.requires_grad_() for t in ops.values()]
+    # A fixed seed makes the mask a constant of the function being checked.
+    f = _op(graph, kind, names, dropout=dropout, seed=1234)
+    assert torch.autograd.gradcheck(f, tensors)
+    # The values themselves, against the reference applying the mask the op reports.
+    _, w = gnnio.ops.graph_attention(graph, kind, **ops, negative_slope=0.1, scale=0.7,
+                                     dropout=dropout, seed=1234, return_weights=True)
+    keep = w != 0
+    assert keep.all() if dropout == 0 else not keep.all()
+    ref, w_ref = reference_attention(graph, kind, **ops, negative_slope=0.1, scale=0.7,
+                                     keep=keep if dropout else None, dropout=dropout)
+    torch.testing.assert_close(f(*tensors), ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(w, w_ref.detach(), rtol=1e-10, atol=1e-12)
+
+
+def test_op_return_weights_edge_order_and_shapes():
+    ei, n = random_graph(30, 200)
+    ei = ei[:, torch.randperm(200)]
+    graph = gnnio.Graph(ei, num_nodes=n)
+    ops = make_operands("dot", ("edge_key", "edge_value"), graph, 3, 4, torch.float32)
+    out, w = gnnio.ops.graph_attention(graph, "dot", **ops, return_weights=True)
+    assert out.shape == (n, 3, 4) and w.shape == (200, 3) and w.dtype == torch.float32
+    assert not w.requires_grad
+    _, w_ref = reference_attention(graph, "dot", **ops)
+    torch.testing.assert_close(w, w_ref, rtol=1e-5, atol=8 * EPS32)
+    torch.testing.assert_close(gnnio.ops.graph_attention(graph, "dot", **ops), out, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kwargs,error,fragment", [
+    (dict(kind="softmax"), ValueError, "kind"),
+    (dict(kind="gat", src_score=None), ValueError, "src_score"),
+    (dict(kind="gatv2", att=None), ValueError, "att"),
+    (dict(kind="dot", dropout=1.0), ValueError, "dropout"),
+    (dict(kind="dot", edge_key=torch.randn(3, 2, 4)), ValueError, "edge_key"),
+    (dict(kind="dot", query=torch.randn(30, 2, 4, dtype=torch.float64)), TypeError, "dtype"),
+])
+def test_op_bad_inputs(kwargs, error, fragment):
+    ei, n = random_graph(30, 100)
+    graph = gnnio.Graph(ei, num_nodes=n)
+    ops = {"value": torch.randn(n, 2, 4), "src_score": torch.randn(n, 2), "query": torch.randn(n, 2, 4),
+           "key": torch.randn(n, 2, 4), "att": torch.randn(2, 4)}
+    kind = kwargs.pop("kind")
+    keep = {"gat": ("value", "src_score"), "gatv2": ("value", "query", "key", "att"),
+            "dot": ("value", "query", "key"), "softmax": ("value",)}[kind]
+    ops = dict({k: ops[k] for k in keep}, **kwargs)
+    with pytest.raises(error, match=fragment):
+        gnnio.ops.graph_attention(graph, kind, **ops)
+
+
+# -- dropout ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def big_graph():
+    ei, n = random_graph(2_000, 20_000, generator=torch.Generator().manual_seed(0))
+    return gnnio.Graph(ei, num_nodes=n)
+
+
+@pytest.mark.parametrize("kind", ["gat", "gatv2", "dot"])
+def test_dropout_seed_determinism(big_graph, kind):
+    ops = make_operands(kind, ("edge_value",), big_graph, 4, 3, torch.float32,
+                        torch.Generator().manual_seed(1))
+    run = lambda seed: gnnio.ops.graph_attention(big_graph, kind, **ops, dropout=0.3, seed=seed,  # noqa: E731
+                                                 return_weights=True)
+    (o1, w1), (o2, w2), (o3, w3) = run(11), run(11), run(12)
+    assert torch.equal(o1, o2) and torch.equal(w1, w2)
+    assert not torch.equal(o1, o3) and not torch.equal(w1 == 0, w3 == 0)
+    # seed=None draws the seed from torch's default generator.
+    torch.manual_seed(5)
+    a = gnnio.ops.graph_attention(big_graph, kind, **ops, dropout=0.3)
+    torch.manual_seed(5)
+    b = gnnio.ops.graph_attention(big_graph, kind, **ops, dropout=0.3)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.85])
+@pytest.mark.parametrize("kind", ["gat", "dot"])
+def test_dropout_rate_and_scaling(big_graph, kind, p):
+    ops = make_operands(kind, (), big_graph, 4, 3, torch.float32, torch.Generator().manual_seed(2))
+    _, w0 = gnnio.ops.graph_attention(big_graph, kind, **ops, return_weights=True)
+    assert (w0 > 0).all()  # so every zero below is a dropped weight
+    for seed in (1, 2, 3):
+        _, w = gnnio.ops.graph_attention(big_graph, kind, **ops, dropout=p, seed=seed,
+                                         return_weights=True)
+        dropped = w == 0
+        n = dropped.numel()  # 80,000 (edge, head) draws
+        # Each (edge, head) is dropped independently with probability p (24-bit draws: p to
+        # within 2^-24), so the dropped count is Binomial(n, p): 6 standard deviations leave a
+        # false-failure chance of ~2e-9 per seed.
+        bound = 6 * math.sqrt(p * (1 - p) / n)
+        assert abs(dropped.double().mean().item() - p) <= bound
+        # Per head as well (masks are drawn per (edge, head), not per edge).
+        per_head = dropped.double().mean(0)
+        assert ((per_head - p).abs() <= 6 * math.sqrt(p * (1 - p) / dropped.size(0))).all()
+        assert not (dropped[:, :1] == dropped).all()
+        # Kept weights are scaled by 1 / (1 - p), as F.dropout does.
+        torch.testing.assert_close(w[~dropped], w0[~dropped] / (1 - p), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("kind,optional", [("gat", ("dst_score", "edge_score")),
+                                           ("gatv2", ("edge_key",)),
+                                           ("dot", ("edge_key", "edge_value"))],
+                         ids=["gat", "gatv2", "dot"])
+def test_dropout_gradients_against_masked_reference(kind, optional):
+    """fp32 with dropout against the float64 reference applying the same mask (read off
+    return_weights == 0), no worse than the same reference in fp32."""
+    ei, n = real("cora")
+    graph = gnnio.Graph(ei, num_nodes=n)
+    ops = make_operands(kind, optional, graph, 2, 4, torch.float32, torch.Generator().manual_seed(3))
+    p = 0.35
+    _, w = gnnio.ops.graph_attention(graph, kind, **ops, dropout=p, seed=99, return_weights=True)
+    keep = w != 0
+    assert 0.55 < keep.double().mean().item() < 0.75
+    names = list(ops)
+    results = []
+    for impl, dtype in (("ref", torch.float32), ("ours", torch.float32), ("ref", torch.float64)):
+        ts = [t.to(dtype).requires_grad_() for t in ops.values()]
+        kw = dict(zip(names, ts))
+        if impl == "ours":
+            out = gnnio.ops.graph_attention(graph, kind, **kw, dropout=p, seed=99)
+        else:
+            out = reference_attention(graph, kind, **kw, keep=keep, dropout=p)[0]
+        gout = torch.cos(torch.arange(out.numel(), dtype=dtype)).view_as(out)
+        results.append((out, torch.autograd.grad(out, ts, gout)))
+    (o_r, g_r), (o_o, g_o), (o_e, g_e) = results
+    assert_no_worse_than_reference(o_o, o_r, o_e)
+    for a, b, c in zip(g_o, g_r, g_e):
+        assert_no_worse_than_reference(a, b, c)
+
+
+@pytest.mark.parametrize("kind", ["gat", "gatv2", "dot"])
+def test_opcheck_graph_attention(kind):
+    # Schema, fake (meta) kernel, autograd registration and torch.compile's view of the op.
+    ei, n = random_graph(12, 40)
+    g = gnnio.Graph(ei, num_nodes=n)
+    f, t = g.csr_by_dst, g.csr_by_src
+    H, C, E = 2, 3, ei.size(1)
+
+    def r(*shape):
+        return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    value = r(n, H, C)
+    scores = [r(n, H), r(n, H), r(E, H)] if kind == "gat" else [None, None, None]
+    qk = [r(n, H, C), r(n, H, C), r(E, H, C)] if kind != "gat" else [None, None, None]
+    att = r(H, C) if kind == "gatv2" else None
+    edge_value = r(E, H, C) if kind == "dot" else None
+    args = (f.rowptr, f.col, {"gat": 0, "gatv2": 1, "dot": 2}[kind], value, *scores, *qk, att,
+            edge_value, n, 0.2, 0.5, 0.25, 7, True, t.rowptr, t.col, g.src_slot_to_dst_slot)
+    torch.library.opcheck(torch.ops.gnnio.graph_attention.default, args)
