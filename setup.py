@@ -73,6 +73,8 @@ setup(
     cmdclass={"build_ext": _build_ext()},
     python_requires=">=3.10",
     install_requires=["torch>=2.4", "numpy"],
-    extras_require={"pyg": ["torch_geometric>=2.8"], "test": ["pytest", "torch_geometric>=2.8"]},
-    entry_points={"console_scripts": ["gnnio-bench=gnnio.bench.__main__:main"]},
+    extras_require={"pyg": ["torch_geometric>=2.8"], "bench": ["torch_geometric>=2.8", "matplotlib", "tqdm"],
+                    "test": ["pytest", "torch_geometric>=2.8", "matplotlib"]},
+    # `gnnio bench ...` (= python -m gnnio.bench ...); gnnio-bench is the older name of it.
+    entry_points={"console_scripts": ["gnnio=gnnio.cli:main", "gnnio-bench=gnnio.cli:bench"]},
 )
