@@ -182,6 +182,20 @@ class Graph:
             }
         return self._cached("stats", compute)
 
+    # -- reordering ---------------------------------------------------------------------------
+    def reorder(self, method: str, **options) -> Tuple["Graph", torch.Tensor]:
+        """The graph with its nodes renumbered by ``method`` (``"degree"``, ``"rcm"`` or
+        ``"metis"``, see :mod:`gnnio.reorder`), and ``perm`` (int64 [N], on this graph's
+        device): node ``i`` of the new graph is node ``perm[i]`` of this one. Edge k of the new
+        graph is edge k of this one with both ends renamed, so per-edge inputs still line up;
+        features go in as ``x[perm]`` and come back as ``out[inv]`` (``inv[perm] = arange(N)``).
+        Cached per method and options. Raises ValueError for an unknown method or a bipartite
+        graph. ``options`` go to the order's function (e.g. ``part_size`` for ``metis``)."""
+        from gnnio.reorder import reordering
+
+        r = reordering(self, method, **options)
+        return r.graph, r.perm
+
     # -- SpMM operands ------------------------------------------------------------------------
     def _cached(self, key, fn):
         if key not in self._values:

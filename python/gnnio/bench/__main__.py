@@ -10,11 +10,13 @@ import platform
 import re
 import subprocess
 import sys
+import time
 
 import torch
 
 import gnnio
 import gnnio.plan
+import gnnio.reorder
 from gnnio.bench.cases import DEFAULT_LAYERS, LAYERS
 from gnnio.bench.report import markdown_table
 from gnnio.bench.timing import copy_rate_tbps, median_ms, peak_extra_gib
@@ -50,6 +52,11 @@ def parse_args(argv, prog="python -m gnnio.bench"):
                    help="PNG of speedup and memory ratio per layer and graph (default: beside --out)")
     p.add_argument("--no-plot", action="store_true", help="write no plot")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reorder", default="none", choices=["none", *gnnio.reorder.METHODS],
+                   metavar="METHOD",
+                   help="renumber each graph's nodes first (%s; default none), timing the "
+                        "reordering as a row 'reorder(METHOD)', so runs with and without it can "
+                        "be compared" % ", ".join(gnnio.reorder.METHODS))
     args = p.parse_args(argv)
     args.prog = prog
 
@@ -85,6 +92,11 @@ def parse_args(argv, prog="python -m gnnio.bench"):
         p.error(f"--dtype {args.dtype} does not run on {device.type}: gnnio's {device.type.upper()} "
                 f"kernels run {' and '.join(DTYPES[device.type])}"
                 + (" (use --device cuda for half types)" if not cuda else ""))
+    if args.reorder != "none":
+        try:
+            gnnio.reorder.check_available(args.reorder)
+        except ImportError as e:
+            p.error(f"--reorder {args.reorder}: {e}")
     if args.compare == "pyg" and pyg_version() is None:
         p.error("--compare pyg needs torch_geometric (pip install torch_geometric), or use --compare none")
 
@@ -304,6 +316,9 @@ def run_graph(name, args, device, dtype, rows, progress):
     e = ei.size(1)
     log(f"{name}: {n:,} nodes, {e:,} edges")
 
+    if args.reorder != "none":
+        ei = _reorder(name, ei, n, device, args, rows, log)
+
     # The Graph's own cost: both CSRs from a cold edge_index (what a mini-batch pays).
     def build():
         g = gnnio.Graph(ei, num_nodes=n)
@@ -335,6 +350,28 @@ def run_graph(name, args, device, dtype, rows, progress):
             f"{r['impl']} fwd {r['fwd_ms']:.3f} ms" for r in rows
             if r["graph"] == name and r["layer"] == layer and r.get("fwd_ms") is not None))
         progress.step()
+
+
+def _reorder(name, ei, n, device, args, rows, log):
+    """The edge_index renumbered by args.reorder, and a row with what that costs: the order
+    from a built Graph plus relabelling the edges, wall clock of one call (it runs on the host
+    and takes seconds on the standard graphs; parse_args imported its library already). The CSR
+    build of the result is what the 'Graph' row measures."""
+    method = args.reorder
+    graph = gnnio.Graph(ei, num_nodes=n)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    p = gnnio.reorder.permutation(graph, method)
+    new_ei = torch.stack([p.inv[ei[0]], p.inv[ei[1]]])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    ms = (time.perf_counter() - t0) * 1e3
+    rows.append(dict(graph=name, layer=f"reorder({method})", impl="gnnio", dtype="int64",
+                     fwd_ms=ms, fwd_bwd_ms=None, peak_extra_gib=None))
+    bw = lambda e: int((e[0] - e[1]).abs().max()) if e.numel() else 0  # noqa: E731
+    log(f"  reorder({method}): {ms:.1f} ms, bandwidth {bw(ei):,} -> {bw(new_ei):,}")
+    return new_ei
 
 
 def _bench_spmm(name, x, gout, ei, n, device, dtype, args, rows):
@@ -475,7 +512,8 @@ def main(argv=None, prog=None):
     result = {
         "card": card_name(device), "torch": torch.__version__, "pyg": pyg_version(),
         "gnnio": gnnio.__version__, "date": datetime.date.today().isoformat(), "commit": git_commit(),
-        "copy_tbps": copy_rate_tbps(device), "features": args.features, "rows": [],
+        "copy_tbps": copy_rate_tbps(device), "features": args.features, "reorder": args.reorder,
+        "rows": [],
     }
     log(f"{result['card']}: copy rate {result['copy_tbps']:.3f} TB/s")
     try:
