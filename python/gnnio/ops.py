@@ -7,7 +7,7 @@ from gnnio._ops import ops as _ops
 from gnnio.graph import Graph
 from gnnio.plan import plan_attention, plan_reduce
 
-__all__ = ["spmm", "segment_reduce", "graph_attention", "check_features"]
+__all__ = ["spmm", "gcn_propagate", "segment_reduce", "graph_attention", "check_features"]
 
 
 def check_features(x, num_rows: int, graph: Graph, name: str = "x") -> torch.Tensor:
@@ -189,9 +189,10 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     for name, t in (("src_score", src_score), ("dst_score", dst_score), ("query", query),
                     ("key", key), ("att", att), ("edge_score", edge_score),
                     ("edge_key", edge_key), ("edge_value", edge_value)):
-        if t is not None and (t.dtype != value.dtype or t.device != value.device):
-            raise TypeError(f"{name} must have value's dtype and device ({value.dtype}, "
-                            f"{value.device}), got ({t.dtype}, {t.device})")
+        if t is not None and t.device != value.device:
+            raise ValueError(f"{name} is on {t.device} but value is on {value.device}")
+        if t is not None and t.dtype != value.dtype:
+            raise TypeError(f"{name} must have value's dtype {value.dtype}, got {t.dtype}")
     if dropout > 0 and seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item())
     operands = (value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value)
