@@ -127,7 +127,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
                     edge_key: Optional[torch.Tensor] = None, att: Optional[torch.Tensor] = None,
                     edge_value: Optional[torch.Tensor] = None, negative_slope: float = 0.2,
                     scale: float = 1.0, dropout: float = 0.0, seed: Optional[int] = None,
-                    return_weights: bool = False):
+                    return_weights: bool = False, degree_aware: Optional[bool] = None):
     r"""Fused graph attention, one streaming pass per destination and head (online softmax).
 
     For each destination :math:`i`, head :math:`h` and edge :math:`j \to i` (index :math:`k`):
@@ -149,7 +149,8 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     ``out [num_dst, H, C]`` and a per-(node, head) (max, sum) are stored; the backward pass
     recomputes the weights. Differentiable in every tensor operand. ``return_weights=True`` also
     returns the weights ``[E, H]`` (after dropout, edge order; not differentiable): the one case
-    that writes E x H values.
+    that writes E x H values. On CUDA the planner (``gnnio.plan.plan_attention``) splits
+    super nodes into chunks; ``degree_aware=False`` (or ``GNNIO_ATTENTION=node``) turns that off.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {kind!r}")
@@ -202,7 +203,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     t2c = graph.src_slot_to_dst_slot if needs_grad else col_t
     split = ()
     if value.is_cuda:
-        plan = plan_attention(graph, heads * channels, backward=needs_grad)
+        plan = plan_attention(graph, heads * channels, backward=needs_grad, degree_aware=degree_aware)
         split = (plan.heavy_rows, plan.heavy_items, plan.light_max_degree, plan.heavy_src,
                  plan.heavy_src_items, plan.light_max_out_degree)
     out, stats, weights = _ops.graph_attention(
