@@ -9,8 +9,8 @@ mkdir -p "$OUT/build"
 OUT="$OUT/build" bash scripts/device_run.sh build > "$OUT/build-stage.log" 2>&1 || { tail -30 "$OUT/build-stage.log"; exit 1; }
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python:/tmp/site" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
 [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-timeout ${TEST_S:-90} python3 -m pytest tests/python/test_attention_cuda.py tests/python/test_attention.py \
-  tests/python/test_reduce.py -q -k cuda -p no:cacheprovider > "$OUT/pytest.log" 2>&1
+timeout ${TEST_S:-90} python3 -m pytest tests/python/test_attention_cuda.py tests/python/test_cuda_graphs.py \
+  tests/python/test_reduce.py -v -k cuda -p no:cacheprovider > "$OUT/pytest.log" 2>&1  # -v: names survive a timeout
 bench() {  # name, seconds, args...
   local name=$1 limit=$2; shift 2
   timeout "$limit" python3 -m gnnio.bench --warmup 3 --repeat 10 --out "$OUT/$name.json" "$@" \
@@ -22,6 +22,6 @@ bench nvidia-h200-attention-bfloat16 ${ATT16_S:-60} --graphs standard --dtype bf
   --layers "graph_attention(gatv2),GATConv,GATv2Conv,TransformerConv"
 bench nvidia-h200-reduce-check ${RED_S:-40} --graphs powerlaw-1M-16M,as20000102 --dtype bfloat16 \
   --layers "segment_reduce(max),SAGEConv(max)"
-grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20; tail -1 "$OUT/pytest.log"
+grep -E "FAILED|ERROR" "$OUT/pytest.log" | head -20; tail -1 "$OUT/pytest.log"
 grep -hE "powerlaw-1M-16M \| (graph_attention|GAT|Transformer|SAGE|segment)" "$OUT"/*.md 2>/dev/null | cut -c1-200
 (cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -v '\.json$' | grep -v '^logs.tgz$') 2>/dev/null)
