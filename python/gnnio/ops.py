@@ -7,7 +7,8 @@ from gnnio._ops import ops as _ops
 from gnnio.graph import Graph
 from gnnio.plan import plan_attention, plan_reduce
 
-__all__ = ["spmm", "gcn_propagate", "segment_reduce", "graph_attention", "check_features"]
+__all__ = ["spmm", "gcn_propagate", "segment_reduce", "graph_attention", "attention_weights",
+           "check_features"]
 
 
 def check_features(x, num_rows: int, graph: Graph, name: str = "x") -> torch.Tensor:
@@ -148,8 +149,9 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     Per-edge operands are in the order of the edge_index the graph was built from. Only
     ``out [num_dst, H, C]`` and a per-(node, head) (max, sum) are stored; the backward pass
     recomputes the weights. Differentiable in every tensor operand. ``return_weights=True`` also
-    returns the weights ``[E, H]`` (after dropout, edge order; not differentiable): the one case
-    that writes E x H values. On CUDA the planner (``gnnio.plan.plan_attention``) splits
+    returns the weights ``[E, H]`` (after dropout, edge order): the one case that writes E x H
+    values. When an operand requires grad they are recomputed differentiably
+    (:func:`attention_weights`, E x H memory as in PyG) so that a loss on them has a gradient. On CUDA the planner (``gnnio.plan.plan_attention``) splits
     super nodes into chunks; ``degree_aware=False`` (or ``GNNIO_ATTENTION=node``) turns that off.
     """
     if kind not in _KINDS:
@@ -177,6 +179,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
             raise ValueError(f"kind={kind!r} takes query / key (/ edge_key), not *_score")
         if kind == "gatv2" and att is None:
             raise ValueError("kind='gatv2' needs att [heads, channels]")
+    edge_order = dict(edge_score=edge_score, edge_key=edge_key)  # before the move to slot order
     src_score = _node_term(src_score, ns, "src_score", (ns, heads))
     dst_score = _node_term(dst_score, nd, "dst_score", (nd, heads))
     query = _node_term(query, nd, "query", (nd, heads, channels))
@@ -214,4 +217,45 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
         return out
     in_edge_order = torch.empty_like(weights)
     in_edge_order[fwd.perm.long()] = weights
+    if needs_grad:
+        # The weights the kernel wrote carry no graph: recompute them differentiably (E x H, as
+        # PyG does in this case), with the kernel's dropout mask (a dropped weight is exactly 0).
+        alpha = attention_weights(graph, kind, src_score=src_score, dst_score=dst_score,
+                                  query=query, key=key, att=att, negative_slope=negative_slope,
+                                  scale=scale, **edge_order)
+        if dropout > 0:
+            alpha = alpha * (in_edge_order != 0).to(alpha.dtype) / (1.0 - dropout)
+        return out, alpha
     return out, in_edge_order.to(value.dtype)
+
+
+def attention_weights(graph: Graph, kind: str, *, src_score=None, dst_score=None,
+                      edge_score=None, query=None, key=None, edge_key=None, att=None,
+                      negative_slope: float = 0.2, scale: float = 1.0) -> torch.Tensor:
+    """The softmax weights ``[E, H]`` of :func:`graph_attention` (before dropout, edge order),
+    materialised with differentiable PyTorch operations: what ``return_attention_weights`` needs
+    when a loss reads the weights. Costs E x H (E x H x C for 'gatv2' and 'dot') memory, like PyG."""
+    ei = graph.edge_index.long()
+    src, dst = ei[0], ei[1]
+    if kind == "gat":
+        raw = src_score[src]
+        if dst_score is not None:
+            raw = raw + dst_score[dst]
+        if edge_score is not None:
+            raw = raw + edge_score
+        e = torch.nn.functional.leaky_relu(raw, negative_slope)
+    elif kind == "gatv2":
+        z = key[src] + query[dst] + (edge_key if edge_key is not None else 0)
+        e = (att.reshape(1, *att.shape[-2:]) * torch.nn.functional.leaky_relu(z, negative_slope)).sum(-1)
+    elif kind == "dot":
+        e = (query[dst] * (key[src] + (edge_key if edge_key is not None else 0))).sum(-1) * scale
+    else:
+        raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {kind!r}")
+    heads = e.size(1)
+    index = dst[:, None].expand(-1, heads)
+    # The max only shifts the softmax: detached, as in PyG's softmax.
+    m = torch.full((graph.num_dst, heads), float("-inf"), dtype=e.dtype, device=e.device)
+    m = m.scatter_reduce(0, index, e.detach(), "amax")
+    w = torch.exp(e - m[dst])
+    s = torch.zeros(graph.num_dst, heads, dtype=e.dtype, device=e.device).index_add(0, dst, w)
+    return w / (s[dst] + 1e-16)

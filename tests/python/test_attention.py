@@ -492,3 +492,25 @@ def test_bad_inputs(layer):
 
 
 # -- CUDA ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layer,opts", [("GATConv", {"heads": 2}), ("GATv2Conv", {"heads": 2}),
+                                        ("TransformerConv", {"heads": 2}),
+                                        ("GATConv", {"heads": 2, "edge_dim": 3})])
+def test_loss_on_returned_attention_weights_has_pyg_gradients(layer, opts):
+    # PyG's returned weights are differentiable: a loss on them must give the same gradients.
+    ei, n = real("cora")
+    pyg, ours = make_pair(layer, 6, 4, **opts)
+    exact = copy.deepcopy(pyg).double()
+    x = torch.randn(n, 6)
+    ea = torch.randn(ei.size(1), 3) if "edge_dim" in opts else None
+    results = []
+    for module, dtype in ((pyg, torch.float32), (ours, torch.float32), (exact, torch.float64)):
+        xi = x.to(dtype).requires_grad_()
+        args = (xi, ei) if ea is None else (xi, ei, ea.to(dtype))
+        out, (_, alpha) = module(*args, return_attention_weights=True)
+        g_alpha = torch.cos(torch.arange(alpha.numel(), dtype=dtype)).view_as(alpha)
+        loss = (out * 0.1).sum() + (alpha * g_alpha).sum()
+        results.append(torch.autograd.grad(loss, [xi] + list(module.parameters())))
+    for g_ours, g_pyg, g_exact in zip(results[1], results[0], results[2]):
+        assert_no_worse_than_reference(g_ours, g_pyg, g_exact)

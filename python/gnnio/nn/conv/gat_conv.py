@@ -173,7 +173,8 @@ class GATConv(torch.nn.Module):
     edge_attr ``[E, edge_dim]``; output ``[N_dst, heads * out_channels]`` (concat) or
     ``[N_dst, out_channels]``. With ``return_attention_weights`` truthy: ``(out, (edge_index,
     alpha))``, edge_index including the added loops and alpha ``[E', heads]`` after dropout, in
-    that edge order. Unlike PyG's, alpha is not differentiable.
+    that edge order. alpha is differentiable, as PyG's (recomputed with PyTorch operations when
+    an input requires grad).
     """
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,

@@ -40,7 +40,7 @@ class GATv2Conv(torch.nn.Module):
     Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_attr ``[E, edge_dim]``;
     output ``[N_dst, heads * out_channels]`` (concat) or ``[N_dst, out_channels]``. With
     ``return_attention_weights`` truthy: ``(out, (edge_index, alpha))``, edge_index including
-    the added loops, alpha ``[E', heads]`` after dropout (not differentiable).
+    the added loops, alpha ``[E', heads]`` after dropout (differentiable, as PyG's).
     """
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,

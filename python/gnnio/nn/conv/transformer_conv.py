@@ -6,7 +6,7 @@ from torch import Tensor
 
 from gnnio.nn._common import GraphCache, check_channels, split_pair
 from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _reset_linear, _returned_edge_index
-from gnnio.ops import graph_attention
+from gnnio.ops import attention_weights, graph_attention
 
 
 class TransformerConv(torch.nn.Module):
@@ -115,8 +115,8 @@ class TransformerConv(torch.nn.Module):
         out, alpha = result if want_weights and dropout == 0 else (result, None)
         if want_weights and dropout > 0:
             # PyG returns the weights from before dropout; the op returns them after it.
-            with torch.no_grad():
-                alpha = graph_attention(graph, "dot", value, return_weights=True, **kwargs)[1]
+            alpha = attention_weights(graph, "dot", query=query, key=key, edge_key=edge,
+                                      scale=kwargs["scale"])
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if self.root_weight:
             x_r = self.lin_skip(x_dst)
