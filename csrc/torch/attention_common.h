@@ -40,25 +40,6 @@ inline at::ScalarType accumulator_dtype(const at::Tensor& value) {
 
 inline const void* ptr_or_null(const OptTensor& t) { return t.has_value() ? t->data_ptr() : nullptr; }
 
-// The split a planner tensor pair describes (CUDA); empty when absent.
-inline RowSplit row_split_of(const OptTensor& heavy, const OptTensor& items, int64_t light_max,
-                             const at::Tensor& like, const char* what) {
-  RowSplit split;
-  if (!heavy.has_value() || !items.has_value() || heavy->numel() == 0) return split;
-  TORCH_CHECK_VALUE(heavy->scalar_type() == at::kLong && items->scalar_type() == at::kLong &&
-                        heavy->dim() == 1 && items->dim() == 2 && items->size(1) == 3 &&
-                        heavy->is_contiguous() && items->is_contiguous(),
-                    text(what, ": heavy rows must be int64 [H] and items int64 [I, 3]"));
-  check_same_device(*heavy, "heavy rows", like, what);
-  check_same_device(*items, "heavy items", like, what);
-  split.heavy_rows = heavy->data_ptr<int64_t>();
-  split.heavy_items = items->data_ptr<int64_t>();
-  split.num_heavy = heavy->numel();
-  split.num_items = items->size(0);
-  split.light_max_degree = light_max;
-  return split;
-}
-
 inline AttentionParams attention_params(const AttentionInputs& in) {
   check_csr(in.rowptr, in.col, in.num_dst, "graph_attention");
   TORCH_CHECK_VALUE(in.kind >= 0 && in.kind <= 2, text("graph_attention: kind must be 0, 1 or 2, got ", in.kind));

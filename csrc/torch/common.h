@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "gnnio/common/error.h"
+#include "gnnio/common/row_split.h"
 #include "gnnio/common/types.h"
 
 namespace gnnio::binding {
@@ -41,6 +42,28 @@ inline void check_same_device(const at::Tensor& a, const char* a_name, const at:
                               const char* b_name) {
   TORCH_CHECK_VALUE(a.device() == b.device(), text(a_name, " is on ", device_text(a.device()),
                                                    " but ", b_name, " is on ", device_text(b.device())));
+}
+
+// The planner's light/heavy split of one CSR (gnnio.plan): heavy row ids int64 [H] and work
+// items int64 [I, 3] on the device of `like`; an empty split when absent. Shared by the
+// reduction and attention bindings.
+inline RowSplit row_split_of(const c10::optional<at::Tensor>& heavy,
+                             const c10::optional<at::Tensor>& items, int64_t light_max,
+                             const at::Tensor& like, const char* what) {
+  RowSplit split;
+  if (!heavy.has_value() || !items.has_value() || heavy->numel() == 0) return split;
+  TORCH_CHECK_VALUE(heavy->scalar_type() == at::kLong && items->scalar_type() == at::kLong &&
+                        heavy->dim() == 1 && items->dim() == 2 && items->size(1) == 3 &&
+                        heavy->is_contiguous() && items->is_contiguous(),
+                    text(what, ": heavy rows must be int64 [H] and items int64 [I, 3]"));
+  check_same_device(*heavy, "heavy rows", like, what);
+  check_same_device(*items, "heavy items", like, what);
+  split.heavy_rows = heavy->data_ptr<int64_t>();
+  split.heavy_items = items->data_ptr<int64_t>();
+  split.num_heavy = heavy->numel();
+  split.num_items = items->size(0);
+  split.light_max_degree = light_max;
+  return split;
 }
 
 // Runs fn, translating gnnio::Error into IndexError / ValueError / RuntimeError.

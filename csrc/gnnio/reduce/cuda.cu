@@ -55,7 +55,7 @@ __global__ void light_kernel(SegmentReduceParams p) {
   const int64_t warps = int64_t(gridDim.x) * kWarps;
   for (int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; r < p.num_rows; r += warps) {
     const int64_t begin = rowptr[r], end = rowptr[r + 1];
-    if (end - begin > p.light_max_degree) continue;  // a heavy row: the tile kernels own it
+    if (end - begin > p.split.light_max_degree) continue;  // a heavy row: the tile kernels own it
     for (int64_t f = int64_t(lane) * V; f < p.width; f += 32 * V) {
       scalar_t* out_row = out + r * p.width + f;
       index_t* arg_row = arg + r * p.width + f;
@@ -102,8 +102,8 @@ __global__ void heavy_tile_kernel(SegmentReduceParams p, unsigned long long* key
   const auto* x = static_cast<const scalar_t*>(p.x);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t item = blockIdx.x;
-  const int64_t heavy = p.heavy_items[item * 3], begin = p.heavy_items[item * 3 + 1],
-                end = p.heavy_items[item * 3 + 2];
+  const int64_t heavy = p.split.heavy_items[item * 3], begin = p.split.heavy_items[item * 3 + 1],
+                end = p.split.heavy_items[item * 3 + 2];
   const int64_t f = int64_t(blockIdx.y) * 32 + lane;
   acc_t v_best = 0;
   int64_t k_best = -1;
@@ -139,10 +139,10 @@ __global__ void heavy_finalize_kernel(SegmentReduceParams p, const unsigned long
   const auto* x = static_cast<const scalar_t*>(p.x);
   auto* out = static_cast<scalar_t*>(p.out);
   auto* arg = static_cast<index_t*>(p.arg);
-  const int64_t n = p.num_heavy * p.width;
+  const int64_t n = p.split.num_heavy * p.width;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t h = i / p.width, f = i % p.width, r = p.heavy_rows[h];
+    const int64_t h = i / p.width, f = i % p.width, r = p.split.heavy_rows[h];
     const int64_t slot = unpack_slot(keys[i], p.op);
     out[r * p.width + f] = x[int64_t(col[slot]) * p.x_row_stride + f];  // exact, any dtype
     arg[r * p.width + f] = static_cast<index_t>(slot);
@@ -169,7 +169,7 @@ __global__ void backward_kernel(SegmentReduceBackwardParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * kWarps;
   for (int64_t j = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; j < p.num_src; j += warps) {
-    if (rowptr_t[j + 1] - rowptr_t[j] > p.light_max_degree) continue;  // heavy: tiles own it
+    if (rowptr_t[j + 1] - rowptr_t[j] > p.split.light_max_degree) continue;  // heavy: tiles own it
     for (int64_t f = int64_t(lane) * V; f < p.width; f += 32 * V) {
       acc_t acc[V] = {};
       for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
@@ -196,7 +196,7 @@ __global__ void backward_heavy_tile_kernel(SegmentReduceBackwardParams p, acc_ty
   const auto* g = static_cast<const scalar_t*>(p.grad_out);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t item = blockIdx.x;
-  const int64_t begin = p.heavy_items[item * 3 + 1], end = p.heavy_items[item * 3 + 2];
+  const int64_t begin = p.split.heavy_items[item * 3 + 1], end = p.split.heavy_items[item * 3 + 2];
   const int64_t f = int64_t(blockIdx.y) * 32 + lane;
   acc_t acc = 0;
   if (f < p.width) {
@@ -219,16 +219,16 @@ __global__ void backward_heavy_finalize_kernel(SegmentReduceBackwardParams p,
                                                const acc_type_t<scalar_t>* partial) {
   using acc_t = acc_type_t<scalar_t>;
   auto* gx = static_cast<scalar_t*>(p.grad_x);
-  const int64_t n = p.num_items * p.width;
+  const int64_t n = p.split.num_items * p.width;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t item = i / p.width, f = i % p.width;
-    const int64_t owner = p.heavy_items[item * 3];
-    if (item > 0 && p.heavy_items[(item - 1) * 3] == owner) continue;  // not the owner's first
+    const int64_t owner = p.split.heavy_items[item * 3];
+    if (item > 0 && p.split.heavy_items[(item - 1) * 3] == owner) continue;  // not the owner's first
     acc_t acc = 0;
-    for (int64_t it = item; it < p.num_items && p.heavy_items[it * 3] == owner; ++it)
+    for (int64_t it = item; it < p.split.num_items && p.split.heavy_items[it * 3] == owner; ++it)
       acc += partial[it * p.width + f];
-    gx[p.heavy_rows[owner] * p.width + f] = from_acc<scalar_t>(acc);
+    gx[p.split.heavy_rows[owner] * p.width + f] = from_acc<scalar_t>(acc);
   }
 }
 
@@ -240,15 +240,15 @@ int blocks_for(int64_t threads_needed) {
 }  // namespace
 
 size_t segment_reduce_cuda_workspace_bytes(const SegmentReduceParams& p) {
-  return static_cast<size_t>(p.num_heavy * p.width) * sizeof(unsigned long long);
+  return static_cast<size_t>(p.split.num_heavy * p.width) * sizeof(unsigned long long);
 }
 
 void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* stream) {
   if (p.num_rows == 0 || p.width == 0) return;
-  GNNIO_CHECK(p.num_heavy == 0 || p.nnz < (int64_t(1) << 32), ErrorKind::kInternal,
+  GNNIO_CHECK(p.split.num_heavy == 0 || p.nnz < (int64_t(1) << 32), ErrorKind::kInternal,
               "segment_reduce_cuda: heavy tiles pack slots in 32 bits (nnz < 2^32)");
   // The packed key holds a 32-bit value image: exact for float32 / float16 / bfloat16 only.
-  GNNIO_CHECK(p.num_heavy == 0 || p.scalar_type != ScalarType::kFloat64, ErrorKind::kInternal,
+  GNNIO_CHECK(p.split.num_heavy == 0 || p.scalar_type != ScalarType::kFloat64, ErrorKind::kInternal,
               "segment_reduce_cuda: float64 runs the light kernel only (no heavy tiles)");
   auto s = static_cast<cudaStream_t>(stream);
   dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
@@ -260,12 +260,12 @@ void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* st
     else
       light_kernel<scalar_t, index_t, 1><<<blocks_for(p.num_rows * 32), kThreads, 0, s>>>(p);
     GNNIO_CUDA_CHECK(cudaGetLastError());
-    if (p.num_heavy == 0) return;
+    if (p.split.num_heavy == 0) return;
     auto* keys = static_cast<unsigned long long*>(workspace);
-    const int64_t n = p.num_heavy * p.width;
+    const int64_t n = p.split.num_heavy * p.width;
     fill_keys_kernel<<<blocks_for(n), kThreads, 0, s>>>(
         keys, n, p.op == ReduceOp::kMax ? 0ull : ~0ull);
-    const dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>((p.width + 31) / 32));
+    const dim3 grid(static_cast<unsigned>(p.split.num_items), static_cast<unsigned>((p.width + 31) / 32));
     heavy_tile_kernel<scalar_t, index_t><<<grid, kThreads, 0, s>>>(p, keys);
     heavy_finalize_kernel<scalar_t, index_t><<<blocks_for(n), kThreads, 0, s>>>(p, keys);
     GNNIO_CUDA_CHECK(cudaGetLastError());
@@ -274,7 +274,7 @@ void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* st
 
 size_t segment_reduce_backward_cuda_workspace_bytes(const SegmentReduceBackwardParams& p) {
   const size_t acc = p.scalar_type == ScalarType::kFloat64 ? sizeof(double) : sizeof(float);
-  return static_cast<size_t>(p.num_items * p.width) * acc;
+  return static_cast<size_t>(p.split.num_items * p.width) * acc;
 }
 
 void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* workspace, void* stream) {
@@ -291,11 +291,11 @@ void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* wo
     else
       backward_kernel<scalar_t, index_t, 1><<<blocks_for(p.num_src * 32), kThreads, 0, s>>>(p);
     GNNIO_CUDA_CHECK(cudaGetLastError());
-    if (p.num_items == 0) return;
+    if (p.split.num_items == 0) return;
     auto* partial = static_cast<acc_type_t<scalar_t>*>(workspace);
-    const dim3 grid(static_cast<unsigned>(p.num_items), static_cast<unsigned>((p.width + 31) / 32));
+    const dim3 grid(static_cast<unsigned>(p.split.num_items), static_cast<unsigned>((p.width + 31) / 32));
     backward_heavy_tile_kernel<scalar_t, index_t><<<grid, kThreads, 0, s>>>(p, partial);
-    backward_heavy_finalize_kernel<scalar_t><<<blocks_for(p.num_items * p.width), kThreads, 0, s>>>(p, partial);
+    backward_heavy_finalize_kernel<scalar_t><<<blocks_for(p.split.num_items * p.width), kThreads, 0, s>>>(p, partial);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   });
 }

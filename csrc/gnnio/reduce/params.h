@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gnnio/common/row_split.h"
 #include "gnnio/common/types.h"
 
 namespace gnnio {
@@ -31,15 +32,11 @@ struct SegmentReduceParams {
   int64_t width = 0;
   int64_t x_row_stride = 0;
 
-  // Degree-aware split (CUDA; chosen by the planner, see ReducePolicy). Rows listed in
-  // heavy_rows are skipped by the light (warp per row) kernel and reduced instead by 2-D tiles
-  // over the work items (heavy index, first slot, end slot), merged exactly with 64-bit atomics
-  // on packed (value, slot) keys. num_heavy == 0: every row is light (node-parallel variant).
-  const int64_t* heavy_rows = nullptr;  // [num_heavy] row ids, increasing
-  const int64_t* heavy_items = nullptr;  // [num_items, 3]
-  int64_t num_heavy = 0;
-  int64_t num_items = 0;
-  int64_t light_max_degree = INT64_MAX;  // rows above this are heavy
+  // Degree-aware split (CUDA; chosen by the planner, gnnio.plan.plan_reduce). Rows listed in
+  // split.heavy_rows are skipped by the light (warp per row) kernel and reduced instead by 2-D
+  // tiles over the work items, merged exactly with 64-bit atomics on packed (value, slot) keys.
+  // split.num_heavy == 0: every row is light (node-parallel variant).
+  RowSplit split;
 };
 
 // grad_x[j, f] = sum over the slots k' of row j of the transposed CSR whose forward slot
@@ -60,13 +57,9 @@ struct SegmentReduceBackwardParams {
   int64_t width = 0;
 
   // The same degree-aware split over the transpose (CUDA): sources with more than
-  // light_max_degree out-edges are summed by 2-D tiles into per-item partials, which a second
-  // kernel adds in item order (fixed order: still the same bits every run).
-  const int64_t* heavy_rows = nullptr;   // [num_heavy] source ids, increasing
-  const int64_t* heavy_items = nullptr;  // [num_items, 3]: (heavy index, first slot, end slot)
-  int64_t num_heavy = 0;
-  int64_t num_items = 0;
-  int64_t light_max_degree = INT64_MAX;
+  // split.light_max_degree out-edges are summed by 2-D tiles into per-item partials, which a
+  // second kernel adds in item order (fixed order: still the same bits every run).
+  RowSplit split;
 };
 
 void segment_reduce_cpu(const SegmentReduceParams& p);

@@ -9,31 +9,6 @@ namespace {
 
 using OptTensor = c10::optional<at::Tensor>;
 
-struct RowSplit {
-  const int64_t* rows = nullptr;
-  const int64_t* items = nullptr;
-  int64_t num_rows = 0, num_items = 0, light_max_degree = INT64_MAX;
-};
-
-// The planner's light/heavy split of one CSR: heavy row ids [H] and tiles [I, 3], int64, on x's device.
-RowSplit row_split(const OptTensor& heavy, const OptTensor& items, int64_t light_max_degree,
-                   const at::Tensor& like, const char* what) {
-  RowSplit split;
-  if (!heavy.has_value() || !items.has_value() || heavy->numel() == 0) return split;
-  TORCH_CHECK_VALUE(heavy->scalar_type() == at::kLong && items->scalar_type() == at::kLong &&
-                        heavy->dim() == 1 && items->dim() == 2 && items->size(1) == 3 &&
-                        heavy->is_contiguous() && items->is_contiguous(),
-                    text("segment_reduce: ", what, " rows must be int64 [H] and items int64 [I, 3]"));
-  check_same_device(*heavy, "heavy rows", like, "x");
-  check_same_device(*items, "heavy items", like, "x");
-  split.rows = heavy->data_ptr<int64_t>();
-  split.items = items->data_ptr<int64_t>();
-  split.num_rows = heavy->numel();
-  split.num_items = items->size(0);
-  split.light_max_degree = light_max_degree;
-  return split;
-}
-
 at::Tensor workspace(size_t bytes, const at::Tensor& like) {
   return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
 }
@@ -50,12 +25,7 @@ std::tuple<at::Tensor, at::Tensor> segment_reduce_cuda_impl(
   auto out = at::empty({num_rows, width}, xs.options());
   auto arg = at::empty({num_rows, width}, rowptr.options());
   auto p = segment_reduce_params(rowptr, col, xs, num_rows, num_cols, reduce, out, arg);
-  const RowSplit split = row_split(heavy_rows, heavy_items, light_max_degree, xs, "forward");
-  p.heavy_rows = split.rows;
-  p.heavy_items = split.items;
-  p.num_heavy = split.num_rows;
-  p.num_items = split.num_items;
-  p.light_max_degree = split.light_max_degree;
+  p.split = row_split_of(heavy_rows, heavy_items, light_max_degree, xs, "segment_reduce");
   translate_errors([&] {
     auto ws = workspace(segment_reduce_cuda_workspace_bytes(p), xs);
     segment_reduce_cuda(p, ws.data_ptr(), at::cuda::getCurrentCUDAStream().stream());
@@ -72,12 +42,8 @@ at::Tensor segment_reduce_backward_cuda_impl(const at::Tensor& rowptr_t, const a
   auto grad_x = at::empty({num_src, grad_out.size(1)}, grad_out.options());
   const auto g = grad_out.contiguous();
   auto p = segment_reduce_backward_params(rowptr_t, col_t, t2c, arg, g, num_src, grad_x);
-  const RowSplit split = row_split(heavy_src, heavy_src_items, light_max_out_degree, g, "backward");
-  p.heavy_rows = split.rows;
-  p.heavy_items = split.items;
-  p.num_heavy = split.num_rows;
-  p.num_items = split.num_items;
-  p.light_max_degree = split.light_max_degree;
+  p.split = row_split_of(heavy_src, heavy_src_items, light_max_out_degree, g,
+                         "segment_reduce backward");
   translate_errors([&] {
     auto ws = workspace(segment_reduce_backward_cuda_workspace_bytes(p), g);
     segment_reduce_backward_cuda(p, ws.data_ptr(), at::cuda::getCurrentCUDAStream().stream());
