@@ -44,6 +44,31 @@ def split_rows(rowptr: torch.Tensor, threshold: int, chunk: int = EDGE_CHUNK):
     return heavy.contiguous(), torch.stack([owner, start, end], 1).contiguous()
 
 
+class _Split(NamedTuple):
+    threshold: int  # rows with more slots are heavy
+    max_degree: int
+    heavy: Optional[torch.Tensor]  # None when no row is above the threshold
+    items: Optional[torch.Tensor]
+
+
+def _heavy_split(graph, side: str, min_heavy: int, over_mean: float, chunk: int) -> _Split:
+    """The light/heavy split of csr_by_dst (``side='dst'``) or of the transpose (``'src'``):
+    rows above max(min_heavy, over_mean x that side's mean degree), cut into ``chunk``-slot work
+    items. Cached on the Graph per (side, threshold, chunk), whichever family asks."""
+    if side == "dst":
+        stats = graph.stats()
+        mean, max_degree = stats["mean_in_degree"], stats["max_in_degree"]
+    else:  # the source side's own mean: E / num_src differs from E / num_dst when bipartite
+        mean, max_degree = graph.num_edges / max(graph.num_src, 1), graph.max_out_degree()
+    threshold = int(max(min_heavy, over_mean * mean))
+    if max_degree <= threshold:
+        return _Split(threshold, max_degree, None, None)
+    csr = (lambda: graph.csr_by_dst) if side == "dst" else (lambda: graph.csr_by_src)
+    heavy, items = graph._cached(("split", side, threshold, chunk),
+                                 lambda: split_rows(csr().rowptr, threshold, chunk))
+    return _Split(threshold, max_degree, heavy, items)
+
+
 def plan_reduce(graph, dtype: torch.dtype, degree_aware: Optional[bool] = None,
                 backward: bool = False) -> ReducePlan:
     """Light/heavy split for segment_reduce on ``graph`` (CUDA); with ``backward`` also the split
@@ -56,37 +81,28 @@ def plan_reduce(graph, dtype: torch.dtype, degree_aware: Optional[bool] = None,
     if graph.num_edges >= 2**32:
         return ReducePlan(NODE_PARALLEL, EDGE_CHUNK, None, None,
                           "node-parallel: slots do not fit the packed 32-bit key")
-    stats = graph.stats()
-    threshold = int(max(MIN_HEAVY_DEGREE, HEAVY_OVER_MEAN * stats["mean_in_degree"]))
     parts = []
     heavy_rows = heavy_items = heavy_src = heavy_src_items = None
     light_max, light_max_out = NODE_PARALLEL, NODE_PARALLEL
     if dtype == torch.float64:
         parts.append("forward node-parallel: float64 values do not fit the packed 32-bit key")
-    elif stats["max_in_degree"] <= threshold:
-        parts.append(f"forward node-parallel: max in-degree {stats['max_in_degree']} <= {threshold}")
     else:
-        heavy_rows, heavy_items = graph._cached(
-            ("reduce_plan", threshold, EDGE_CHUNK),
-            lambda: split_rows(graph.csr_by_dst.rowptr, threshold))
-        light_max = threshold
-        parts.append(f"degree-aware: {heavy_rows.numel()} rows above {threshold} slots "
-                     f"(max {stats['max_in_degree']}, mean {stats['mean_in_degree']:.1f}) split "
-                     f"into {heavy_items.size(0)} tiles of {EDGE_CHUNK}")
-    if backward:
-        # The source side's own mean: E / num_src differs from E / num_dst when bipartite.
-        mean_out = graph.num_edges / max(graph.num_src, 1)
-        out_threshold = int(max(MIN_HEAVY_DEGREE, HEAVY_OVER_MEAN * mean_out))
-        max_out = graph.max_out_degree()
-        if max_out > out_threshold:
-            heavy_src, heavy_src_items = graph._cached(
-                ("reduce_plan_t", out_threshold, EDGE_CHUNK),
-                lambda: split_rows(graph.csr_by_src.rowptr, out_threshold))
-            light_max_out = out_threshold
-            parts.append(f"backward: {heavy_src.numel()} sources above {out_threshold} out-edges "
-                         f"(max {max_out}) split into {heavy_src_items.size(0)} tiles")
+        fwd = _heavy_split(graph, "dst", MIN_HEAVY_DEGREE, HEAVY_OVER_MEAN, EDGE_CHUNK)
+        if fwd.heavy is None:
+            parts.append(f"forward node-parallel: max in-degree {fwd.max_degree} <= {fwd.threshold}")
         else:
-            parts.append(f"backward node-parallel: max out-degree {max_out} <= {out_threshold}")
+            heavy_rows, heavy_items, light_max = fwd.heavy, fwd.items, fwd.threshold
+            parts.append(f"degree-aware: {heavy_rows.numel()} rows above {fwd.threshold} slots "
+                         f"(max {fwd.max_degree}, mean {graph.stats()['mean_in_degree']:.1f}) "
+                         f"split into {heavy_items.size(0)} tiles of {EDGE_CHUNK}")
+    if backward:
+        bwd = _heavy_split(graph, "src", MIN_HEAVY_DEGREE, HEAVY_OVER_MEAN, EDGE_CHUNK)
+        if bwd.heavy is None:
+            parts.append(f"backward node-parallel: max out-degree {bwd.max_degree} <= {bwd.threshold}")
+        else:
+            heavy_src, heavy_src_items, light_max_out = bwd.heavy, bwd.items, bwd.threshold
+            parts.append(f"backward: {heavy_src.numel()} sources above {bwd.threshold} out-edges "
+                         f"(max {bwd.max_degree}) split into {heavy_src_items.size(0)} tiles")
     return ReducePlan(light_max, EDGE_CHUNK, heavy_rows, heavy_items, "; ".join(parts),
                       light_max_out, heavy_src, heavy_src_items)
 
@@ -119,31 +135,23 @@ def plan_attention(graph, width: int, backward: bool = False,
         degree_aware = os.environ.get("GNNIO_ATTENTION", "degree") != "node"
     if not degree_aware:
         return AttentionPlan(NODE_PARALLEL, None, None, "node-parallel: forced")
-    stats = graph.stats()
     parts = []
-    threshold = int(max(ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN * stats["mean_in_degree"]))
-    heavy_rows = heavy_items = heavy_src = heavy_src_items = None
+    heavy_src = heavy_src_items = None
     light_max, light_max_out = NODE_PARALLEL, NODE_PARALLEL
-    if stats["max_in_degree"] > threshold:
-        heavy_rows, heavy_items = graph._cached(
-            ("attention_plan", threshold, ATTENTION_CHUNK),
-            lambda: split_rows(graph.csr_by_dst.rowptr, threshold, ATTENTION_CHUNK))
-        light_max = threshold
-        parts.append(f"super nodes: {heavy_rows.numel()} destinations above {threshold} edges "
-                     f"(max {stats['max_in_degree']}) split into {heavy_items.size(0)} chunks "
+    fwd = _heavy_split(graph, "dst", ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN, ATTENTION_CHUNK)
+    heavy_rows, heavy_items = fwd.heavy, fwd.items
+    if heavy_rows is not None:
+        light_max = fwd.threshold
+        parts.append(f"super nodes: {heavy_rows.numel()} destinations above {fwd.threshold} "
+                     f"edges (max {fwd.max_degree}) split into {heavy_items.size(0)} chunks "
                      f"of {ATTENTION_CHUNK}")
     else:
-        parts.append(f"no super nodes: max in-degree {stats['max_in_degree']} <= {threshold}")
+        parts.append(f"no super nodes: max in-degree {fwd.max_degree} <= {fwd.threshold}")
     if backward:
-        mean_out = graph.num_edges / max(graph.num_src, 1)
-        out_threshold = int(max(ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN * mean_out))
-        max_out = graph.max_out_degree()
-        if max_out > out_threshold:
-            heavy_src, heavy_src_items = graph._cached(
-                ("attention_plan_t", out_threshold, ATTENTION_CHUNK),
-                lambda: split_rows(graph.csr_by_src.rowptr, out_threshold, ATTENTION_CHUNK))
-            light_max_out = out_threshold
-            parts.append(f"backward: {heavy_src.numel()} sources above {out_threshold} "
-                         f"out-edges (max {max_out}) split")
+        bwd = _heavy_split(graph, "src", ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN, ATTENTION_CHUNK)
+        if bwd.heavy is not None:
+            heavy_src, heavy_src_items, light_max_out = bwd.heavy, bwd.items, bwd.threshold
+            parts.append(f"backward: {heavy_src.numel()} sources above {bwd.threshold} "
+                         f"out-edges (max {bwd.max_degree}) split")
     return AttentionPlan(light_max, heavy_rows, heavy_items, "; ".join(parts), light_max_out,
                          heavy_src, heavy_src_items)
