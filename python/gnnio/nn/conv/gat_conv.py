@@ -2,7 +2,6 @@ import math
 from typing import Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 
@@ -121,6 +120,15 @@ def _with_self_loops(graph: Graph, num_loops: int, edge_attr: Optional[Tensor], 
     dst = graph._dst.long()[kept]
     loops = _loop_attr(kept_attr, dst, graph.num_dst, num_loops, fill_value)
     return looped, torch.cat([kept_attr, loops], 0)
+
+
+def _combine_heads(out: Tensor, concat: bool, res: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
+    """[N, H, C] attention output -> [N, H * C] (concat) or the mean over heads, plus the residual
+    and the bias: the tail GATConv and GATv2Conv share."""
+    out = out.flatten(1) if concat else out.mean(dim=1)
+    if res is not None:
+        out = out + res
+    return out if bias is None else out + bias
 
 
 def _returned_edge_index(edge_index, graph: Graph, added_loops: bool) -> Tensor:
@@ -267,11 +275,7 @@ class GATConv(torch.nn.Module):
                                  dropout=self.dropout if self.training else 0.0,
                                  return_weights=bool(return_attention_weights))
         out, alpha = result if return_attention_weights else (result, None)
-        out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
-        if res is not None:
-            out = out + res
-        if self.bias is not None:
-            out = out + self.bias
+        out = _combine_heads(out, self.concat, res, self.bias)
         if return_attention_weights:
             return out, (_returned_edge_index(edge_index, graph, self.add_self_loops), alpha)
         return out

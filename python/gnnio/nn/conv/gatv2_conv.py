@@ -5,8 +5,9 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from gnnio.nn._common import GraphCache, check_channels, split_pair
-from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value, _glorot,
-                                    _reset_linear, _returned_edge_index, _with_self_loops)
+from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
+                                    _combine_heads, _glorot, _reset_linear, _returned_edge_index,
+                                    _with_self_loops)
 from gnnio.ops import graph_attention
 
 
@@ -131,11 +132,7 @@ class GATv2Conv(torch.nn.Module):
                                  dropout=self.dropout if self.training else 0.0,
                                  return_weights=bool(return_attention_weights))
         out, alpha = result if return_attention_weights else (result, None)
-        out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
-        if res is not None:
-            out = out + res
-        if self.bias is not None:
-            out = out + self.bias
+        out = _combine_heads(out, self.concat, res, self.bias)
         if return_attention_weights:
             return out, (_returned_edge_index(edge_index, graph, self.add_self_loops), alpha)
         return out
