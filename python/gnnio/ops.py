@@ -111,7 +111,7 @@ def _edge_term(t, graph, name, shape):
     return t[graph.csr_by_dst.perm.long()]
 
 
-def _node_term(t, rows, name, shape):
+def _node_term(t, name, shape):
     if t is None:
         return None
     if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
@@ -180,13 +180,13 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
         if kind == "gatv2" and att is None:
             raise ValueError("kind='gatv2' needs att [heads, channels]")
     edge_order = dict(edge_score=edge_score, edge_key=edge_key)  # before the move to slot order
-    src_score = _node_term(src_score, ns, "src_score", (ns, heads))
-    dst_score = _node_term(dst_score, nd, "dst_score", (nd, heads))
-    query = _node_term(query, nd, "query", (nd, heads, channels))
-    key = _node_term(key, ns, "key", (ns, heads, channels))
+    src_score = _node_term(src_score, "src_score", (ns, heads))
+    dst_score = _node_term(dst_score, "dst_score", (nd, heads))
+    query = _node_term(query, "query", (nd, heads, channels))
+    key = _node_term(key, "key", (ns, heads, channels))
     if att is not None:
         att = _node_term(att.reshape(heads, channels) if att.numel() == heads * channels else att,
-                         heads, "att", (heads, channels))
+                         "att", (heads, channels))
     edge_score = _edge_term(edge_score, graph, "edge_score", (e, heads))
     edge_key = _edge_term(edge_key, graph, "edge_key", (e, heads, channels))
     edge_value = _edge_term(edge_value, graph, "edge_value", (e, heads, channels))
@@ -209,24 +209,28 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
         plan = plan_attention(graph, heads * channels, backward=needs_grad, degree_aware=degree_aware)
         split = (plan.heavy_rows, plan.heavy_items, plan.light_max_degree, plan.heavy_src,
                  plan.heavy_src_items, plan.light_max_out_degree)
+    # With gradients the weights are recomputed below; the kernel's are then needed only for
+    # the dropout mask.
+    kernel_weights = bool(return_weights) and (not needs_grad or dropout > 0)
     out, stats, weights = _ops.graph_attention(
         fwd.rowptr, fwd.col, _KINDS[kind], value.contiguous(), src_score, dst_score, edge_score,
         query, key, edge_key, att, edge_value, nd, float(negative_slope), float(scale),
-        float(dropout), int(seed or 0), bool(return_weights), rowptr_t, col_t, t2c, *split)
+        float(dropout), int(seed or 0), kernel_weights, rowptr_t, col_t, t2c, *split)
     if not return_weights:
         return out
-    in_edge_order = torch.empty_like(weights)
-    in_edge_order[fwd.perm.long()] = weights
-    if needs_grad:
-        # The weights the kernel wrote carry no graph: recompute them differentiably (E x H, as
-        # PyG does in this case), with the kernel's dropout mask (a dropped weight is exactly 0).
-        alpha = attention_weights(graph, kind, src_score=src_score, dst_score=dst_score,
-                                  query=query, key=key, att=att, negative_slope=negative_slope,
-                                  scale=scale, **edge_order)
-        if dropout > 0:
-            alpha = alpha * (in_edge_order != 0).to(alpha.dtype) / (1.0 - dropout)
-        return out, alpha
-    return out, in_edge_order.to(value.dtype)
+    if kernel_weights:
+        in_edge_order = torch.empty_like(weights)
+        in_edge_order[fwd.perm.long()] = weights
+    if not needs_grad:
+        return out, in_edge_order.to(value.dtype)
+    # The weights the kernel writes carry no graph: recompute them differentiably (E x H, as PyG
+    # does in this case), with the kernel's dropout mask (a dropped weight is exactly 0).
+    alpha = attention_weights(graph, kind, src_score=src_score, dst_score=dst_score, query=query,
+                              key=key, att=att, negative_slope=negative_slope, scale=scale,
+                              **edge_order)
+    if dropout > 0:
+        alpha = alpha * (in_edge_order != 0).to(alpha.dtype) / (1.0 - dropout)
+    return out, alpha
 
 
 def attention_weights(graph: Graph, kind: str, *, src_score=None, dst_score=None,
