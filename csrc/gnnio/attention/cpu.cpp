@@ -74,9 +74,17 @@ struct Operands {
            (edge_score ? double(edge_score[k * H + h]) : 0.0);
   }
 
-  // e_k of destination i, source j, slot k, head h.
+  // e_k of destination i, source j, slot k, head h, rounded to the input precision as PyG and
+  // the CUDA kernel have it. The max is then an exact score, stored exactly in the stats, so the
+  // backward's exp(e - m) is exactly the forward's (a one-edge row gets weight 1.0 in both passes,
+  // as in PyG, instead of 1 +- an ulp of the stats' rounding).
   template <ScoreKind K>
   double score(int64_t i, int64_t j, int64_t k, int64_t h) const {
+    return static_cast<double>(static_cast<T>(unrounded_score<K>(i, j, k, h)));
+  }
+
+  template <ScoreKind K>
+  double unrounded_score(int64_t i, int64_t j, int64_t k, int64_t h) const {
     if constexpr (K == ScoreKind::kGat) {
       return leaky(gat_z(i, j, k, h), slope);
     } else {
@@ -199,7 +207,7 @@ void forward(const AttentionParams& p) {
 }
 
 // What slot k (edge j -> i, head h) contributes to the backward pass. Passes A and B both get it
-// from here, from the same stored stats and delta, so they agree on every p_k and de_k.
+// from here, from the same stored stats and D_i, so they agree on every p_k and de_k.
 struct SlotGrad {
   double pr;  // p~_k = p_k r_k, the weight the forward applied to v_k
   double de;  // dL/de_k = p_k (r_k dout_i . v_k - D_i)
@@ -270,6 +278,9 @@ void backward(const AttentionBackwardParams& b) {
     for (int64_t x = 0; x < C; ++x) s += double(a[x]) * double(c[x]);
     return s;
   };
+  // D_i unrounded for both passes (delta, the contract's workspace, gets its rounded copy): with
+  // a rounded D a one-edge row's de = p (dout . v - D) is an ulp of D instead of exactly 0.
+  std::vector<double> d_exact(p.num_dst * H);
   // Pass A walks its rows' slots only when an output of pass A needs them (delta alone does not).
   const bool slots_a = d_dst_score || d_edge_score || d_query || d_edge_key || d_att || d_edge_value;
 
@@ -280,10 +291,10 @@ void backward(const AttentionBackwardParams& b) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t ih = i * H + h;
       const T* g_i = g + ih * C;
-      delta[ih] = static_cast<acc_t>(dot(g_i, out + ih * C));
+      d_exact[ih] = dot(g_i, out + ih * C);
+      delta[ih] = static_cast<acc_t>(d_exact[ih]);
       if (!slots_a) continue;
-      // Pass B reads D_i back from delta, so pass A uses the stored (rounded) value as well.
-      const double d_i = double(delta[ih]);
+      const double d_i = d_exact[ih];
       const double m = double(stats[ih * 2]), s = double(stats[ih * 2 + 1]);
       const T* q = in.vec(in.query, i, h);
       double dd = 0;
@@ -349,7 +360,7 @@ void backward(const AttentionBackwardParams& b) {
         const int64_t ih = i * H + h;
         const T* g_i = g + ih * C;
         const SlotGrad sg = slot_grad<K>(in, i, j, k, h, g_i, double(stats[ih * 2]),
-                                         double(stats[ih * 2 + 1]), double(delta[ih]));
+                                         double(stats[ih * 2 + 1]), d_exact[ih]);
         if (d_value)
           for (int64_t c = 0; c < C; ++c) dv[c] += sg.pr * double(g_i[c]);
         if constexpr (K == ScoreKind::kGat) {
