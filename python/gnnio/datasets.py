@@ -114,15 +114,22 @@ def powerlaw(num_nodes: int, num_edges: int, exponent: float = 1.1, seed: int = 
     """Destination of each edge drawn with P(k) ∝ (k+1)^-exponent, node ids then permuted at
     random; source uniform (DESIGN.md's ``powerlaw-1M-16M`` with the defaults)."""
     g = torch.Generator().manual_seed(seed)
-    weight = torch.arange(1, num_nodes + 1, dtype=torch.float64).pow_(-exponent)
-    cdf = weight.cumsum_(0)
-    cdf /= cdf[-1].clone()
+    cdf = powerlaw_cdf(num_nodes, exponent)
     u = torch.rand(num_edges, generator=g, dtype=torch.float64)
     rank = torch.searchsorted(cdf, u).clamp_(max=num_nodes - 1)
     ids = torch.randperm(num_nodes, generator=g)
     dst = ids[rank]
     src = torch.randint(num_nodes, (num_edges,), generator=g)
     return torch.stack([src, dst])
+
+
+def powerlaw_cdf(num_nodes: int, exponent: float = 1.1, device=None) -> torch.Tensor:
+    """float64 [num_nodes]: P(rank <= k) of powerlaw's destination ranks (the generator draws a
+    rank by searchsorted of a uniform number in it; gnnio.bench.scale does the same on a GPU)."""
+    weight = torch.arange(1, num_nodes + 1, dtype=torch.float64, device=device).pow_(-exponent)
+    cdf = weight.cumsum_(0)
+    cdf /= cdf[-1].clone()
+    return cdf
 
 
 def uniform(num_nodes: int, num_edges: int, seed: int = 0) -> torch.Tensor:

@@ -17,6 +17,7 @@ import torch
 import gnnio
 import gnnio.plan
 import gnnio.reorder
+from gnnio.bench import training
 from gnnio.bench.cases import DEFAULT_LAYERS, LAYERS
 from gnnio.bench.report import markdown_table
 from gnnio.bench.timing import copy_rate_tbps, median_ms, peak_extra_gib
@@ -57,6 +58,7 @@ def parse_args(argv, prog="python -m gnnio.bench"):
                    help="renumber each graph's nodes first (%s; default none), timing the "
                         "reordering as a row 'reorder(METHOD)', so runs with and without it can "
                         "be compared" % ", ".join(gnnio.reorder.METHODS))
+    training.add_arguments(p)
     args = p.parse_args(argv)
     args.prog = prog
 
@@ -73,6 +75,7 @@ def parse_args(argv, prog="python -m gnnio.bench"):
             p.error(f"unknown layer {layer!r}; choose from spmm, {', '.join(list(OPS) + list(LAYERS))}")
     if args.features <= 0:
         p.error(f"--features must be positive, got {args.features}")
+    training.check_arguments(args, p)
 
     try:
         device = torch.device(args.device)
@@ -346,6 +349,7 @@ def run_graph(name, args, device, dtype, rows, progress):
             rows.append(dict(graph=name, layer=layer, impl="?", dtype=str(dtype).split(".")[-1],
                              fwd_ms=None, fwd_bwd_ms=None, peak_extra_gib=None, error="out of memory"))
             torch.cuda.empty_cache()
+        args.save()
         log(f"  {layer}: " + ", ".join(
             f"{r['impl']} fwd {r['fwd_ms']:.3f} ms" for r in rows
             if r["graph"] == name and r["layer"] == layer and r.get("fwd_ms") is not None))
@@ -469,7 +473,8 @@ def _bench_attention(kind):
 
 
 OPS = {"segment_reduce(max)": _bench_segment_reduce, "graph_attention(gat)": _bench_attention("gat"),
-       "graph_attention(gatv2)": _bench_attention("gatv2"), "graph_attention(dot)": _bench_attention("dot")}
+       "graph_attention(gatv2)": _bench_attention("gatv2"), "graph_attention(dot)": _bench_attention("dot"),
+       training.LAYER: training.bench_train_step}
 
 
 def _bench_layer(name, layer, x, gout, ei, device, dtype, args, rows):
@@ -495,6 +500,14 @@ def _bench_layer(name, layer, x, gout, ei, device, dtype, args, rows):
         torch.cuda.empty_cache()
 
 
+def _save_json(result, path):
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+
 def have_matplotlib():
     return importlib.util.find_spec("matplotlib") is not None
 
@@ -516,6 +529,7 @@ def main(argv=None, prog=None):
         "rows": [],
     }
     log(f"{result['card']}: copy rate {result['copy_tbps']:.3f} TB/s")
+    args.save = lambda: _save_json(result, args.out)  # after each layer: a killed run keeps its rows
     try:
         for name in args.graphs:
             run_graph(name, args, device, dtype, result["rows"], progress)
@@ -524,9 +538,7 @@ def main(argv=None, prog=None):
     table = markdown_table(result)
     print(table, flush=True)
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        _save_json(result, args.out)
         md = os.path.splitext(args.out)[0] + ".md"
         with open(md, "w") as f:
             f.write(table)

@@ -41,7 +41,11 @@ def markdown_table(result):
                 f"| {_fmt(rf.get('peak_extra_gib'), '.2f')} | {_fmt(g.get('peak_extra_gib'), '.2f')} | {floor} |")
     errors = [r for r in rows if r.get("error")]
     for r in errors:
-        lines.append(f"\n{r['graph']} {r['layer']}: {r['error']}")
+        lines.append(f"\n{r['graph']} {r['layer']} ({r['impl']}): {r['error']}")
+    for r in rows:  # training rows: loss curves against gnnio's from the same initial weights
+        if r.get("loss_max_abs_diff") is not None:
+            lines.append(f"\n{r['graph']} {r['layer']} {r['dtype']}: {r['impl']} loss curve within "
+                         f"{r['loss_max_abs_diff']:.3g} of gnnio's over {r['loss_steps']} steps")
     return "\n".join(lines) + "\n"
 
 
