@@ -101,12 +101,8 @@ __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
   return prob * (r * g.sum(part) - delta);
 }
 
-// Slots per step whose loads are issued together (see the forward kernel).
-template <int CPL>
-constexpr int kUnroll = CPL <= 2 ? 4 : 2;
-
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
-__global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
+__global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -126,20 +122,27 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
   float g_score = 0.0f, dq[CPL], datt[CPL];
 #pragma unroll
   for (int t = 0; t < CPL; ++t) dq[t] = datt[t] = 0.0f;
-  constexpr int U = kUnroll<CPL>;
-  for (int64_t k0 = begin; k0 < end; k0 += U) {
-    const int n = end - k0 < U ? static_cast<int>(end - k0) : U;
+  const bool value_is_key = p.key == p.value && !p.edge_key && !p.edge_value;
+  constexpr int U = kSlotsInFlight<K, CPL>;
+  using Batch = SlotBatch<index_t, L, U>;
+  // Slots u0 .. u0 + n - 1 of the batch at base: loads first, then the arithmetic.
+  auto step = [&](const Batch& batch, int64_t base, int u0, int n) {
     float kk[U][CPL], v[U][CPL];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t k = k0 + (u < n ? u : 0), j = col[k];
+      const int64_t k = base + u0 + (u < n ? u : 0), j = batch.get(g, u0, u);
       load_key<K, scalar_t, L, CPL>(p, g, j, k, h, kk[u]);
-      load_value<scalar_t, L, CPL>(p, g, j, k, h, v[u]);
+      if (K == ScoreKind::kGat || !value_is_key) {
+        load_value<scalar_t, L, CPL>(p, g, j, k, h, v[u]);
+      } else {
+#pragma unroll
+        for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (u >= n) continue;  // uniform across the group
-      const int64_t k = k0 + u;
+      const int64_t k = base + u0 + u;
       float z[CPL], prob_r;
       const float de = slot_grad<K, scalar_t, L, CPL>(p, g, d, gi, m, s, delta, kk[u], v[u], k, h, z, prob_r);
       if (b.grad_edge_value) {
@@ -169,6 +172,17 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
       }
       store_row<scalar_t, L, CPL>(b.grad_edge_key, (k * H + h) * C, g, C, p.vector_io, dk);
     }
+  };
+  for (int64_t base = begin; base < end; base += Batch::kSize) {
+    Batch batch;
+    batch.load(col, base, begin, end, g.sub);
+    const int count = end - base < Batch::kSize ? static_cast<int>(end - base) : Batch::kSize;
+    if constexpr (Batch::kPerLane > 1) {
+      step(batch, base, 0, count);
+    } else {
+#pragma unroll 1
+      for (int u0 = 0; u0 < count; u0 += U) step(batch, base, u0, count - u0 < U ? count - u0 : U);
+    }
   }
   if (task < p.split.num_items) {
     float* slot = part.base + (task * H + h) * part.stride;
@@ -184,7 +198,7 @@ __global__ void pass_a_kernel(AttentionBackwardParams b, Partials part) {
 }
 
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
-__global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
+__global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -194,36 +208,74 @@ __global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
   if (!task_range<index_t>(b.rowptr_t, b.split_t, task, j, begin, end)) return;
   const auto* col_t = static_cast<const index_t*>(b.col_t);
   const auto* t2c = static_cast<const index_t*>(b.t2c);
-  const int64_t H = p.heads, C = p.channels;
+  const int64_t H = p.heads, C = p.channels, c0 = int64_t(g.sub) * CPL;
   const float slope = static_cast<float>(p.negative_slope), scale = static_cast<float>(p.scale);
+  const bool vec = p.vector_io;
+  // Source j's own operands are the same for every slot of the task: loaded once.
+  float key_j[CPL] = {}, value_j[CPL], att[CPL] = {};
+  if constexpr (K == ScoreKind::kGat) {
+    key_j[0] = to_acc(static_cast<const scalar_t*>(p.src_score)[j * H + h]);
+  } else {
+    load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.key) + (j * H + h) * C, c0, C, vec, key_j);
+  }
+  load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + (j * H + h) * C, c0, C, vec, value_j);
+  if constexpr (K == ScoreKind::kGatV2)
+    load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.att) + h * C, c0, C, vec, att);
+  const bool edge_terms = p.edge_score || p.edge_key || p.edge_value;
   float g_score = 0.0f, gval[CPL], gkey[CPL];
 #pragma unroll
   for (int t = 0; t < CPL; ++t) gval[t] = gkey[t] = 0.0f;
-  constexpr int U = kUnroll<CPL>;
-  for (int64_t kt0 = begin; kt0 < end; kt0 += U) {
-    const int n = end - kt0 < U ? static_cast<int>(end - kt0) : U;
+  // Half the forward's slots in flight: each slot brings a dout row and the destination's
+  // stats, and more would spill.
+  constexpr int U = kSlotsInFlight<K, CPL> / 2 >= 2 ? kSlotsInFlight<K, CPL> / 2 : 2;
+  using Batch = SlotBatch<index_t, L, U>;
+  // Slots u0 .. u0 + n - 1 of the batch at base: each slot's destination-side loads (query or
+  // score, dout, stats, D) first, then the arithmetic.
+  auto step = [&](const Batch& dst_of, const Batch& slot_of, int64_t base, int u0, int n) {
     DstSide<scalar_t, CPL> d[U];
-    float gi[U][CPL], kk[U][CPL], v[U][CPL], m[U], s[U], delta[U];
+    float gi[U][CPL], m[U], s[U], delta[U];
     int64_t k[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t kt = kt0 + (u < n ? u : 0), i = col_t[kt];
-      k[u] = t2c[kt];
-      d[u].load(p, i, h, g.sub, p.vector_io);
-      load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, p.vector_io, gi[u]);
-      const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
-      m[u] = st[0];
-      s[u] = st[1];
+      const int64_t i = dst_of.get(g, u0, u);
+      k[u] = slot_of.get(g, u0, u);
+      if constexpr (K == ScoreKind::kGat) {
+        const auto* ds = static_cast<const scalar_t*>(p.dst_score);
+        d[u].score = ds ? to_acc(ds[i * H + h]) : 0.0f;
+      } else {
+        load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.query) + (i * H + h) * C, c0, C, vec, d[u].q);
+      }
+      load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(b.grad_out) + (i * H + h) * C, c0, C, vec, gi[u]);
+      const float2 st = *reinterpret_cast<const float2*>(static_cast<const float*>(p.stats) + (i * H + h) * 2);
+      m[u] = st.x;
+      s[u] = st.y;
       delta[u] = static_cast<const float*>(b.delta)[i * H + h];
-      load_key<K, scalar_t, L, CPL>(p, g, j, k[u], h, kk[u]);
-      load_value<scalar_t, L, CPL>(p, g, j, k[u], h, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (u >= n) continue;  // uniform across the group
-      float z[CPL], prob_r;
-      const float de = slot_grad<K, scalar_t, L, CPL>(p, g, d[u], gi[u], m[u], s[u], delta[u], kk[u],
-                                                   v[u], k[u], h, z, prob_r);
+      float kk[CPL], v[CPL], z[CPL], prob_r;
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) kk[t] = key_j[t], v[t] = value_j[t];
+      if (edge_terms) {  // the edge's own terms: rare, loaded here
+        float ek[CPL];
+        if constexpr (K == ScoreKind::kGat) {
+          if (p.edge_score) kk[0] += to_acc(static_cast<const scalar_t*>(p.edge_score)[k[u] * H + h]);
+        } else if (p.edge_key) {
+          load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.edge_key) + (k[u] * H + h) * C, c0, C, vec, ek);
+#pragma unroll
+          for (int t = 0; t < CPL; ++t) kk[t] += ek[t];
+        }
+        if (p.edge_value) {
+          load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.edge_value) + (k[u] * H + h) * C, c0, C, vec, ek);
+#pragma unroll
+          for (int t = 0; t < CPL; ++t) v[t] += ek[t];
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) d[u].att[t] = att[t];
+      const float de = slot_grad<K, scalar_t, L, CPL>(p, g, d[u], gi[u], m[u], s[u], delta[u], kk,
+                                                   v, k[u], h, z, prob_r);
 #pragma unroll
       for (int t = 0; t < CPL; ++t) gval[t] += prob_r * gi[u][t];
       if constexpr (K == ScoreKind::kGat) {
@@ -232,8 +284,20 @@ __global__ void pass_b_kernel(AttentionBackwardParams b, Partials part) {
       }
 #pragma unroll
       for (int t = 0; t < CPL; ++t)
-        gkey[t] += K == ScoreKind::kGatV2 ? de * d[u].att[t] * (z[t] > 0.0f ? 1.0f : slope)
-                                                : de * scale * d[u].q[t];
+        gkey[t] += K == ScoreKind::kGatV2 ? de * att[t] * (z[t] > 0.0f ? 1.0f : slope)
+                                          : de * scale * d[u].q[t];
+    }
+  };
+  for (int64_t base = begin; base < end; base += Batch::kSize) {
+    Batch dst_of, slot_of;
+    dst_of.load(col_t, base, begin, end, g.sub);
+    slot_of.load(t2c, base, begin, end, g.sub);
+    const int count = end - base < Batch::kSize ? static_cast<int>(end - base) : Batch::kSize;
+    if constexpr (Batch::kPerLane > 1) {
+      step(dst_of, slot_of, base, 0, count);
+    } else {
+#pragma unroll 1
+      for (int u0 = 0; u0 < count; u0 += U) step(dst_of, slot_of, base, u0, count - u0 < U ? count - u0 : U);
     }
   }
   if (task < b.split_t.num_items) {
@@ -328,6 +392,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
         constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
         const int64_t H = p.heads;
         AttentionBackwardParams q = b;
+        set_dropout_test(q.fwd);
         const size_t smem = (kThreads / L) * stride * sizeof(float);
         q.fwd.vector_io = rows_aligned(p, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
                                                 b.grad_edge_key, b.grad_edge_value});

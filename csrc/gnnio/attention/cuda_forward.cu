@@ -23,7 +23,7 @@ struct Partial {  // workspace layout of the work items' partial states
 };
 
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
-__global__ void forward_kernel(AttentionParams p, Partial part) {
+__global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) forward_kernel(AttentionParams p, Partial part) {
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
   const int64_t task = group / p.heads, h = group % p.heads;
@@ -50,19 +50,27 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
 #pragma unroll
   for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
   auto* weights = static_cast<float*>(p.weights);
-  // U slots per step, their loads issued before any arithmetic: a row's slots are otherwise one
-  // dependent load chain, and the gather would be latency-bound (U * CPL registers per operand).
-  constexpr int U = CPL <= 2 ? 4 : 2;
-  for (int64_t k0 = begin; k0 < end; k0 += U) {
-    const int n = end - k0 < U ? static_cast<int>(end - k0) : U;
+  // GATv2's key is its value (no edge terms): one load serves both.
+  const bool value_is_key = p.key == p.value && !p.edge_key && !p.edge_value;
+  constexpr int U = kSlotsInFlight<K, CPL>;
+  using Batch = SlotBatch<index_t, L, U>;
+  // One step: slots u0 .. u0 + n - 1 of the batch, their loads issued before any arithmetic
+  // (a row's slots are otherwise one dependent load chain and the gather latency-bound).
+  auto step = [&](const Batch& batch, int64_t base, int u0, int n) {
     int64_t j[U];
     float kk[U][CPL], v[U][CPL], e[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) j[u] = u < n ? int64_t(col[k0 + u]) : int64_t(col[k0]);
+    for (int u = 0; u < U; ++u) j[u] = batch.get(g, u0, u);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      load_key<K, scalar_t, L, CPL>(p, g, j[u], k0 + (u < n ? u : 0), h, kk[u]);
-      load_value<scalar_t, L, CPL>(p, g, j[u], k0 + (u < n ? u : 0), h, v[u]);
+      const int64_t k = base + u0 + (u < n ? u : 0);
+      load_key<K, scalar_t, L, CPL>(p, g, j[u], k, h, kk[u]);
+      if (K == ScoreKind::kGat || !value_is_key) {
+        load_value<scalar_t, L, CPL>(p, g, j[u], k, h, v[u]);
+      } else {
+#pragma unroll
+        for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
+      }
     }
     float m_new = m;
 #pragma unroll
@@ -71,7 +79,7 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
       e[u] = score_of<K, scalar_t, L, CPL>(p, g, d, kk[u], z);
       if (u < n) {
         m_new = fmaxf(m_new, e[u]);
-        if (weights && g.sub == 0) weights[(k0 + u) * p.heads + h] = e[u];  // normalised later
+        if (weights && g.sub == 0) weights[(base + u0 + u) * p.heads + h] = e[u];  // normalised later
       }
     }
     // A new running max rescales what was summed so far (exp(-inf) = 0 on the first step).
@@ -85,9 +93,20 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
       if (u >= n) continue;
       const float w = expf(e[u] - m);
       s += w;
-      const float wr = w * dropout_factor(p, k0 + u, h);
+      const float wr = w * dropout_factor(p, base + u0 + u, h);
 #pragma unroll
       for (int t = 0; t < CPL; ++t) acc[t] += wr * v[u][t];
+    }
+  };
+  for (int64_t base = begin; base < end; base += Batch::kSize) {
+    Batch batch;
+    batch.load(col, base, begin, end, g.sub);
+    const int count = end - base < Batch::kSize ? static_cast<int>(end - base) : Batch::kSize;
+    if constexpr (Batch::kPerLane > 1) {
+      step(batch, base, 0, count);
+    } else {
+#pragma unroll 1
+      for (int u0 = 0; u0 < count; u0 += U) step(batch, base, u0, count - u0 < U ? count - u0 : U);
     }
   }
   const int64_t H = p.heads, C = p.channels;
@@ -101,13 +120,11 @@ __global__ void forward_kernel(AttentionParams p, Partial part) {
     }
     return;
   }
-  auto* out = static_cast<scalar_t*>(p.out) + (i * H + h) * C;
   const float denom = s + kSoftmaxEps;
 #pragma unroll
-  for (int t = 0; t < CPL; ++t) {
-    const int64_t c = int64_t(g.sub) * CPL + t;
-    if (c < C) out[c] = from_acc<scalar_t>(acc[t] / denom);
-  }
+  for (int t = 0; t < CPL; ++t) acc[t] /= denom;
+  store_channels<scalar_t, CPL>(static_cast<scalar_t*>(p.out) + (i * H + h) * C, int64_t(g.sub) * CPL,
+                                C, p.vector_io, acc);
   if (g.sub == 0) {
     auto* st = static_cast<float*>(p.stats) + (i * H + h) * 2;
     st[0] = begin == end ? 0.0f : m;
@@ -232,6 +249,7 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
         constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
         AttentionParams q = p;
         q.vector_io = rows_aligned(p, CPL, {});
+        set_dropout_test(q);
         const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
         dispatch_kind(p.kind, [&](auto kind) {
           forward_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>
@@ -246,7 +264,9 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
         }
       });
       if (p.weights && p.nnz > 0) {
-        normalize_weights_kernel<index_t><<<blocks_for(p.nnz * p.heads), kThreads, 0, s>>>(p);
+        AttentionParams q = p;
+        set_dropout_test(q);
+        normalize_weights_kernel<index_t><<<blocks_for(p.nnz * p.heads), kThreads, 0, s>>>(q);
         GNNIO_CUDA_CHECK(cudaGetLastError());
       }
     }

@@ -29,4 +29,25 @@ GNNIO_HOST_DEVICE inline bool dropout_keep(uint64_t seed, int64_t slot, int64_t 
   return static_cast<double>(bits >> 40) * (1.0 / 16777216.0) >= dropout;
 }
 
+// dropout_keep's test with its per-call parts precomputed: (bits >> 40) * 2^-24 >= dropout holds
+// exactly when the integer bits >> 40 reaches ceil(dropout * 2^24) (the scaling is exact).
+struct DropoutTest {
+  uint64_t seed_mix;
+  uint32_t threshold;
+};
+
+inline DropoutTest dropout_test(uint64_t seed, double dropout) {
+  const double t = dropout * 16777216.0;
+  uint32_t threshold = static_cast<uint32_t>(t);
+  if (static_cast<double>(threshold) < t) ++threshold;
+  return {mix64(seed), threshold};
+}
+
+GNNIO_HOST_DEVICE inline bool dropout_keep_fast(uint64_t seed_mix, uint32_t threshold, int64_t slot,
+                                                int64_t head, int64_t heads) {
+  const uint64_t counter = static_cast<uint64_t>(slot) * static_cast<uint64_t>(heads) +
+                           static_cast<uint64_t>(head);
+  return static_cast<uint32_t>(mix64(counter ^ seed_mix) >> 40) >= threshold;
+}
+
 }  // namespace gnnio

@@ -69,6 +69,11 @@ struct AttentionParams {
   // Set by the CUDA launcher (not the caller): every feature row is 16-byte aligned and the
   // channel count a multiple of a lane's vector, so kernels may use 16-byte loads and stores.
   bool vector_io = false;
+  // Also set by the CUDA launcher: the dropout test of dropout.h in integers, hoisted out of the
+  // per-slot loop (keep <=> (mix64(k * heads + h ^ seed_mix) >> 40) >= dropout_threshold).
+  uint64_t seed_mix = 0;
+  uint32_t dropout_threshold = 0;
+  float dropout_scale = 1.0f;
 };
 
 struct AttentionBackwardParams {

@@ -182,10 +182,46 @@ __device__ inline void load_value(const AttentionParams& p, const Group<L>& g, i
   }
 }
 
+// The source (or destination) indices of a group's next slots, loaded by the group's lanes
+// together: one coalesced load per batch instead of one dependent load per slot, so the
+// feature-row loads of a whole batch can be issued back to back. A batch is kSize slots: one
+// per lane when a lane group is at least U wide, else U (each lane holding U / L of them).
+template <typename index_t, int L, int U>
+struct SlotBatch {
+  static constexpr int kPerLane = L >= U ? 1 : U / L;
+  static constexpr int kSize = L * kPerLane;
+  index_t idx[kPerLane];
+
+  // Slots base .. base + kSize - 1 (those at or past end read entry `begin`, a valid slot).
+  __device__ void load(const index_t* indices, int64_t base, int64_t begin, int64_t end, int sub) {
+#pragma unroll
+    for (int t = 0; t < kPerLane; ++t) {
+      const int64_t k = base + t * L + sub;
+      idx[t] = indices[k < end ? k : begin];
+    }
+  }
+  // Index of slot u0 + u of the batch; u is a compile-time constant (unrolled), and u0 is 0
+  // whenever kPerLane > 1 (the batch is then one step of U slots).
+  __device__ int64_t get(const Group<L>& g, int u0, int u) const {
+    if constexpr (kPerLane == 1) {
+      return static_cast<int64_t>(__shfl_sync(g.mask, idx[0], u0 + u, L));
+    } else {
+      return static_cast<int64_t>(__shfl_sync(g.mask, idx[u / L], u % L, L));
+    }
+  }
+};
+
+// Slots whose loads a group issues together: enough 16-byte loads in flight per lane to cover
+// the gather's latency, without so many registers that occupancy halves. GAT's score is a
+// scalar per slot, so it affords twice the slots of the kinds that load a key row too.
+template <ScoreKind K, int CPL>
+constexpr int kSlotsInFlight = (K == ScoreKind::kGat ? 32 : 16) / CPL >= 2
+                                   ? (K == ScoreKind::kGat ? 32 : 16) / CPL : 2;
+
 // Dropout factor of slot k, head h: 1/(1-p) if kept, else 0 (1 without dropout).
 __device__ inline float dropout_factor(const AttentionParams& p, int64_t k, int64_t h) {
-  if (p.dropout <= 0.0) return 1.0f;
-  return dropout_keep(p.seed, k, h, p.heads, p.dropout) ? static_cast<float>(1.0 / (1.0 - p.dropout)) : 0.0f;
+  if (p.dropout_threshold == 0) return 1.0f;
+  return dropout_keep_fast(p.seed_mix, p.dropout_threshold, k, h, p.heads) ? p.dropout_scale : 0.0f;
 }
 
 // First work item of heavy row `owner` (items are sorted by owner): a lower-bound search.
@@ -238,6 +274,14 @@ constexpr int64_t kMaxCudaChannels = 256;
 
 // Whether every feature row the kernels touch starts on a 16-byte boundary (base pointers
 // aligned, C a multiple of the lane's CPL channels): then AttentionParams::vector_io may be set.
+// The launcher-set dropout fields of AttentionParams (see params.h).
+inline void set_dropout_test(AttentionParams& p) {
+  const DropoutTest t = dropout_test(p.seed, p.dropout);
+  p.seed_mix = t.seed_mix;
+  p.dropout_threshold = p.dropout > 0.0 ? t.threshold : 0;
+  p.dropout_scale = p.dropout > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout)) : 1.0f;
+}
+
 inline bool rows_aligned(const AttentionParams& p, int cpl, std::initializer_list<const void*> more) {
   if (p.channels % cpl != 0) return false;
   for (const void* ptr : {p.value, p.key, p.query, p.edge_key, p.edge_value, p.att,
