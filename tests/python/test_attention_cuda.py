@@ -108,11 +108,21 @@ def test_matches_materialised_reference(graph_name, kind, edge_terms, dropout, d
         results[label] = (ref, grads)
     ours_grads = torch.autograd.grad(out, [v_cuda] + list(leaves.values()), gout.cuda().to(dtype))
     assert_no_worse_than_reference(out, results["theirs"][0], results["exact"][0])
+
+    def floor(c):
+        # On the hub graphs a hub entry of a gradient is a sum of 2*10^5 per-edge terms that are
+        # themselves rounding noise (hub_out: every destination's edges come from the hub with
+        # the same dout . v, so the de_k of a row cancel): its fp32 error is a random walk of
+        # about sqrt(L) eps of the scale, for PyTorch as for gnnio (PyTorch's own error there
+        # varied 3x between identical runs). The same floor as test_cuda_layer_matches_cpu_on_hub.
+        if not graph_name.startswith("hub") or dtype != torch.float32:
+            return None
+        return 2 * math.sqrt(L_HUB) * EPS32 * max(c.abs().max().item(), 1e-30)
     for a, b, c in zip(ours_grads, results["theirs"][1], results["exact"][1]):
         if c is None:  # the reference never read this operand (no edges)
             assert a.abs().max().item() == 0 if a.numel() else True
             continue
-        assert_no_worse_than_reference(a, b, c)
+        assert_no_worse_than_reference(a, b, c, floor=floor(c))
 
 
 @pytest.mark.parametrize("kind", ["gat", "gatv2", "dot"])

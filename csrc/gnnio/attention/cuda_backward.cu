@@ -94,11 +94,14 @@ __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
   const float e = score_of<K, scalar_t, L, CPL>(p, g, d, kk, z);
   const float prob = expf(e - m) / s;
   const float r = dropout_factor(p, k, h);
+  // r applied per channel and rounded as the forward's acc was (fl(r v) for a one-edge row),
+  // then summed in delta_kernel's lane order: a one-edge row's r g - D is then exactly 0, as in
+  // PyTorch, instead of the rounding noise of an fma of r * g - D (seen with dropout on).
   float part = 0.0f;
 #pragma unroll
-  for (int t = 0; t < CPL; ++t) part += gi[t] * v[t];
+  for (int t = 0; t < CPL; ++t) part += gi[t] * (r * v[t]);
   prob_r = prob * r;
-  return prob * (r * g.sum(part) - delta);
+  return prob * (g.sum(part) - delta);
 }
 
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device call after a kernel change: build, every CUDA test (time-boxed, names printed as
+# they run so a cut log still says which passed), then the attention benchmark on the graphs in
+# ATT_GRAPHS. Pass GNNIO_COMMIT=<sent commit>. Limits: TEST_S, ATT_S seconds. Summary last.
+set -uo pipefail
+T0=$(date +%s)
+OUT=${OUT:-/tmp/gnnio-out}
+mkdir -p "$OUT/build"
+OUT="$OUT/build" bash scripts/device_run.sh build > "$OUT/build-stage.log" 2>&1 || { tail -30 "$OUT/build-stage.log"; exit 1; }
+echo "build: $(( $(date +%s) - T0 )) s"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
+timeout ${TEST_S:-200} python3 -m pytest tests/python -m cuda -v -p no:cacheprovider ${TEST_ARGS:-} \
+  > "$OUT/pytest.log" 2>&1
+echo "tests: $(( $(date +%s) - T0 )) s"
+for dtype in ${ATT_DTYPES:-float32}; do
+  timeout ${ATT_S:-120} python3 -m gnnio.bench --warmup 3 --repeat 10 --no-plot --dtype $dtype \
+    --out "$OUT/nvidia-h200-attention-$dtype.json" --graphs "${ATT_GRAPHS:-powerlaw-1M-16M}" \
+    --layers "graph_attention(gat),graph_attention(gatv2),graph_attention(dot),GATConv,GATv2Conv,TransformerConv" \
+    > "$OUT/bench-attention-$dtype.log" 2>&1 || echo "attention $dtype: stopped (rc $?)"
+done
+echo "bench: $(( $(date +%s) - T0 )) s"
+echo "=== pytest"; grep -E "^(FAILED|ERROR)|FAILED|ERROR" "$OUT/pytest.log" | cut -c1-220 | head -30
+grep -cE " PASSED" "$OUT/pytest.log"; tail -1 "$OUT/pytest.log" | cut -c1-200
+echo "=== attention"; grep -hE "powerlaw-1M-16M" "$OUT"/nvidia-h200-attention-*.md | cut -c1-220 | head -40
+(cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -v '\.json$' | grep -v '^logs.tgz$') 2>/dev/null)
