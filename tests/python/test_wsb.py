@@ -237,3 +237,17 @@ def test_bad_inputs():
                                  n, n, e, e, None)
     with pytest.raises(IndexError, match="out of range"):
         torch.ops.gnnio.wsb_from_coo(torch.tensor([0, 10]), torch.tensor([1, 2]), 10, 10)
+
+
+def test_bench_row_on_the_blockdiag_graph(tmp_path):
+    from gnnio.bench import __main__ as bench
+
+    out = tmp_path / "r.json"
+    result = bench.main(["--graphs", "blockdiag-2K-32K", "--layers", "spmm(wsb)", "--device", "cpu",
+                         "--compare", "none", "--repeat", "1", "--warmup", "0", "--features", "8",
+                         "--out", str(out), "--no-plot"])
+    rows = {r["impl"]: r for r in result["rows"] if r["layer"] == "spmm(wsb)"}
+    assert set(rows) == {"gnnio", "gnnio-csr"}
+    assert rows["gnnio"]["num_tiles"] == 125 and 0.3 < rows["gnnio"]["fill_ratio"] < 0.45
+    assert rows["gnnio"]["wsb_build_ms"] > 0 and rows["gnnio-csr"]["max_rel_diff_vs_gnnio"] < 1e-5
+    assert "WSB fill ratio 0.3" in (tmp_path / "r.md").read_text()
