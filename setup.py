@@ -32,6 +32,8 @@ def _extension():
         "csrc/gnnio/spmm/cpu.cpp",
         "csrc/gnnio/reduce/cpu.cpp",
         "csrc/gnnio/attention/cpu.cpp",
+        "csrc/gnnio/wsb/build_cpu.cpp",
+        "csrc/gnnio/wsb/cpu.cpp",
         "csrc/torch/registration.cpp",
         "csrc/torch/graph_ops.cpp",
         "csrc/torch/spmm_ops.cpp",
@@ -40,6 +42,8 @@ def _extension():
         "csrc/torch/reduce_autograd.cpp",
         "csrc/torch/attention_ops.cpp",
         "csrc/torch/attention_autograd.cpp",
+        "csrc/torch/wsb_ops.cpp",
+        "csrc/torch/wsb_autograd.cpp",
     ]
     cxx = ["-O3", "-std=c++17", "-fopenmp"]
     include_dirs = [os.path.join(ROOT, "csrc")]

@@ -1,4 +1,4 @@
-"""Exercises every CUDA kernel (SpMM, SDDMM, segment reduce, graph attention) once on awkward shapes, for compute-sanitizer (memcheck):
+"""Exercises every CUDA kernel (SpMM, SDDMM, WSB SpMM, segment reduce, graph attention) once on awkward shapes, for compute-sanitizer (memcheck):
 empty graph, isolated nodes, a hub, bipartite, odd widths, half types. Run on a GPU machine."""
 import torch
 
@@ -31,6 +31,21 @@ for ei, size in cases:
             except RuntimeError as e:
                 failures += 1
                 print(f"FAILED size={size} E={ei.size(1)} width={width} {dtype}: {str(e)[:300]}")
+
+for ei, size in cases:
+    g = gnnio.Graph(ei.cuda(), size=size)
+    for width in (1, 3, 33, 130):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            try:  # tensor-core WSB SpMM, its transpose and the tile gradient
+                x = torch.randn(size[0], width, device="cuda", dtype=dtype, requires_grad=True)
+                w = torch.rand(ei.size(1), device="cuda", dtype=dtype, requires_grad=True)
+                out = gnnio.ops.spmm(g, x, w, "mean", backend="wsb")
+                out.backward(torch.randn_like(out))
+                torch.cuda.synchronize()
+            except RuntimeError as e:
+                failures += 1
+                print(f"FAILED wsb size={size} E={ei.size(1)} width={width} {dtype}: {str(e)[:300]}")
+
 
 def attention_operands(kind, ns, nd, e, heads, channels, dtype):
     def r(*shape):

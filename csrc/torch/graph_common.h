@@ -6,6 +6,17 @@
 
 namespace gnnio::binding {
 
+// Ids checked on the host side of one reduction, so a bad edge_index raises IndexError instead
+// of a device assert that would poison the CUDA context (the CPU builds check as they go).
+inline void check_id_range(const at::Tensor& ids, int64_t bound, const char* what) {
+  if (ids.numel() == 0) return;
+  const auto [lo, hi] = at::aminmax(ids);
+  const int64_t min_id = lo.item<int64_t>(), max_id = hi.item<int64_t>();
+  TORCH_CHECK_INDEX(min_id >= 0 && max_id < bound, text(what, " ids must lie in [0, ", bound,
+                                                        "), found values in [", min_id, ", ",
+                                                        max_id, "]"));
+}
+
 struct CsrBuildTensors {
   at::Tensor row, col, rowptr, col_sorted, perm;
   CsrBuildParams params;

@@ -1,5 +1,5 @@
 // The one place where gnnio's operators are declared. Implementations register per device in
-// graph_ops.cpp / spmm_ops.cpp (CPU) and cuda/*.cpp (CUDA); autograd and fake (meta) kernels
+// graph_ops.cpp / spmm_ops.cpp / ... (CPU) and cuda/*.cpp (CUDA); autograd and fake (meta) kernels
 // are registered from Python (gnnio/_ops.py) with torch.library.
 #include <Python.h>
 #include <torch/library.h>
@@ -67,6 +67,19 @@ TORCH_LIBRARY(gnnio, m) {
         "int cache_key, Tensor rowptr_t, Tensor col_t, Tensor? value_t, int cache_key_t) -> Tensor");
   // out[k] = <a[row(k)], b[col[k]]> for each CSR slot k: the gradient of SpMM's values.
   m.def("sddmm(Tensor rowptr, Tensor col, Tensor a, Tensor b) -> Tensor");
+  // Weighted block-sparse tiles (gnnio/wsb/params.h) of the matrix whose edges are (row, col):
+  // block_rowptr [ceil(num_rows / 16) + 1] and block_col [num_tiles] in row's dtype, and pos
+  // int64 [num_edges], each edge's slot in the flattened [num_tiles, 16, 16] tile values.
+  m.def("wsb_from_coo(Tensor row, Tensor col, int num_rows, int num_cols) -> "
+        "(Tensor block_rowptr, Tensor block_col, Tensor pos)");
+  // out[num_rows, F] = A · x with A the WSB (block_rowptr, block_col, values [num_tiles, 16, 16]
+  // in x's dtype) and x [num_cols, F]; tensor cores on CUDA. (block_rowptr_t, block_col_t,
+  // values_t) is the WSB of A's transpose, read only by the backward pass.
+  m.def("wsb_spmm(Tensor block_rowptr, Tensor block_col, Tensor values, Tensor x, int num_rows, "
+        "int num_cols, Tensor block_rowptr_t, Tensor block_col_t, Tensor? values_t) -> Tensor");
+  // out[t, r, c] = <a[16 b + r], b[16 c0 + c]> for tile t of block row b and block column c0:
+  // the gradient of wsb_spmm's values (a: the output gradient, b: the features).
+  m.def("wsb_sddmm(Tensor block_rowptr, Tensor block_col, Tensor a, Tensor b) -> Tensor");
   // out[r, f] = max (or min) of x[col[k], f] over the slots k of row r, and arg[r, f] = the
   // winning slot (-1 for empty rows, whose out is 0). The transposed CSR and t2c (forward slot
   // of each transposed slot) are read only by the backward pass.

@@ -45,6 +45,25 @@ def _sddmm_fake(rowptr, col, a, b):
     return a.new_empty(col.numel())
 
 
+@torch.library.register_fake("gnnio::wsb_from_coo")
+def _wsb_from_coo_fake(row, col, num_rows, num_cols):
+    num_tiles = torch.library.get_ctx().new_dynamic_size()  # known only once the tiles are counted
+    return (row.new_empty((num_rows + 15) // 16 + 1), row.new_empty(num_tiles),
+            row.new_empty(row.numel(), dtype=torch.int64))
+
+
+@torch.library.register_fake("gnnio::wsb_spmm")
+def _wsb_spmm_fake(block_rowptr, block_col, values, x, num_rows, num_cols, block_rowptr_t,
+                   block_col_t, values_t):
+    torch._check(x.dim() == 2, lambda: "wsb_spmm: x must be 2-D")
+    return x.new_empty(num_rows, x.size(1))
+
+
+@torch.library.register_fake("gnnio::wsb_sddmm")
+def _wsb_sddmm_fake(block_rowptr, block_col, a, b):
+    return a.new_empty(block_col.numel(), 16, 16)
+
+
 @torch.library.register_fake("gnnio::segment_reduce")
 def _segment_reduce_fake(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c,
                          heavy_rows=None, heavy_items=None, light_max_degree=2**62,
@@ -80,4 +99,4 @@ def _graph_attention_backward_fake(rowptr, col, kind, value, operands, num_dst, 
     return grads
 
 
-# Autograd of spmm, segment_reduce and graph_attention is registered in C++ (csrc/torch/*_autograd.cpp): no Python per call.
+# Autograd of spmm, wsb_spmm, segment_reduce and graph_attention is registered in C++ (csrc/torch/*_autograd.cpp): no Python per call.

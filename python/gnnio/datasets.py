@@ -1,5 +1,6 @@
 """Graphs for tests and benchmarks: Matrix Market files (bundled or from a folder) and the
-seeded generators of the standard benchmark graphs (DESIGN.md: powerlaw / uniform / grid).
+seeded generators of the standard benchmark graphs (DESIGN.md: powerlaw / uniform / grid) and of
+a locally dense one for the block-sparse (WSB) kernels (blockdiag).
 
 Generated graphs are drawn on the CPU with a seeded torch.Generator, so a name and seed give the
 same edges on every machine; move them to the GPU afterwards.
@@ -78,12 +79,12 @@ def available_real_graphs():
 
 def load(name: str, seed: int = 0) -> GraphData:
     """A real graph by name (``cora``, ``pubmed``, ...; a path to a .mtx[.gz] also works) or a
-    generated one: ``powerlaw-1M-16M``, ``uniform-1M-16M``, ``grid-1000x1000`` and scaled
-    variants such as ``powerlaw-10K-160K``."""
-    m = re.fullmatch(r"(powerlaw|uniform)-(\d+[KMG]?)-(\d+[KMG]?)", name)
+    generated one: ``powerlaw-1M-16M``, ``uniform-1M-16M``, ``blockdiag-1M-16M``,
+    ``grid-1000x1000`` and scaled variants such as ``powerlaw-10K-160K``."""
+    m = re.fullmatch(r"(powerlaw|uniform|blockdiag)-(\d+[KMG]?)-(\d+[KMG]?)", name)
     if m:
         n, e = _count(m.group(2)), _count(m.group(3))
-        gen = powerlaw if m.group(1) == "powerlaw" else uniform
+        gen = {"powerlaw": powerlaw, "uniform": uniform, "blockdiag": blockdiag}[m.group(1)]
         return GraphData(name, gen(n, e, seed=seed), n)
     m = re.fullmatch(r"grid-(\d+)x(\d+)", name)
     if m:
@@ -135,6 +136,20 @@ def powerlaw_cdf(num_nodes: int, exponent: float = 1.1, device=None) -> torch.Te
 def uniform(num_nodes: int, num_edges: int, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(num_nodes, (2, num_edges), generator=g)
+
+
+def blockdiag(num_nodes: int, num_edges: int, block: int = 16, seed: int = 0) -> torch.Tensor:
+    """A locally dense graph: nodes in aligned groups of ``block`` (0..15, 16..31, ...), each
+    edge's destination uniform and its source uniform within the destination's group (a
+    stochastic block model with no edges between groups). Its adjacency is block-diagonal, so
+    16 x 16 tiles hold it with fill ratio ~1/e ~ 0.37 at 16 edges per node (random
+    duplicates) and one tile per block row: the case the tensor-core WSB SpMM is for."""
+    g = torch.Generator().manual_seed(seed)
+    dst = torch.randint(num_nodes, (num_edges,), generator=g)
+    first = dst - dst % block
+    size = (num_nodes - first).clamp(max=block)  # the last group may be partial
+    src = first + (torch.rand(num_edges, generator=g, dtype=torch.float64) * size).long()
+    return torch.stack([src, dst])
 
 
 def grid(height: int, width: int) -> torch.Tensor:

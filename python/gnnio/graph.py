@@ -6,6 +6,8 @@ A Graph owns, for one edge_index:
 - ``csr_by_src``: the transpose (sources as rows), built lazily the first time a gradient needs it;
 - in/out degrees and statistics for the planner;
 - per (dtype, reduce/normalisation) the edge values SpMM multiplies by, in both CSR orders;
+- on request, the weighted block-sparse (WSB) tiles of both orders and their values
+  (``wsb``, ``wsb_values``, ``wsb_stats``), for the tensor-core SpMM;
 - through its ``cache_key``, the cuSPARSE descriptors and workspace of each (dtype, width), which
   the CUDA kernels keep with it and free when the Graph is garbage-collected.
 
@@ -29,6 +31,15 @@ class CSR(NamedTuple):
     rowptr: torch.Tensor  # [num_rows + 1]
     col: torch.Tensor  # [num_edges] column of each CSR slot
     perm: torch.Tensor  # [num_edges] input edge id of each CSR slot
+
+
+class WSB(NamedTuple):
+    """Weighted block-sparse structure: the matrix cut into 16 x 16 tiles, only tiles holding an
+    edge stored (csrc/gnnio/wsb/params.h). The values live apart (``Graph.wsb_values``), so one
+    structure serves every weighting and dtype."""
+    block_rowptr: torch.Tensor  # [ceil(num_rows / 16) + 1] first tile of each block of 16 rows
+    block_col: torch.Tensor  # [num_tiles] block column of each tile, increasing in a block row
+    pos: torch.Tensor  # int64 [num_edges] slot of each input edge in the flat [num_tiles * 256] values
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
@@ -244,6 +255,62 @@ class Graph:
         if not edge_weight.dtype.is_floating_point:
             raise TypeError(f"edge_weight must be floating point, got {edge_weight.dtype}")
         return edge_weight.to(dtype)
+
+    # -- weighted block-sparse tiles ----------------------------------------------------------
+    def wsb(self, transpose: bool = False) -> WSB:
+        """The WSB structure of csr_by_dst's matrix (rows = destinations, columns = sources) or,
+        with ``transpose=True``, of csr_by_src's (what a backward pass reads). Built the first
+        time it is asked for (one sort of the edges by tile), then cached."""
+        def compute():
+            if transpose:
+                return WSB(*ops.wsb_from_coo(self._src, self._dst, self.num_src, self.num_dst))
+            return WSB(*ops.wsb_from_coo(self._dst, self._src, self.num_dst, self.num_src))
+        return self._cached(("wsb", transpose), compute)
+
+    def wsb_values(self, dtype: torch.dtype, reduce: str = "sum",
+                   edge_weight: Optional[torch.Tensor] = None, need_transpose: bool = True):
+        """Tile values ``[num_tiles, 16, 16]`` in ``dtype`` of the SpMM matrix of
+        :meth:`spmm_values` (same ``reduce`` and ``edge_weight``), and of its transpose or None.
+        Duplicate edges are summed in float32 (float64 for float64) before the one rounding to
+        ``dtype``. Cached per dtype and reduce when edge_weight is None; otherwise
+        differentiable in edge_weight (a scatter-add, whose gradient gathers each edge's slot)."""
+        if edge_weight is None:
+            values = self._cached(("wsb_values", dtype, reduce, False), lambda: self._wsb_pack(
+                False, self.spmm_values(dtype, reduce, None, need_transpose=False)[0]))
+            values_t = self._cached(("wsb_values", dtype, reduce, True), lambda: self._wsb_pack(
+                True, self.spmm_values(dtype, reduce, None)[1])) if need_transpose else None
+            return values, values_t
+        value, value_t = self.spmm_values(dtype, reduce, edge_weight, need_transpose)
+        return self._wsb_pack(False, value), self._wsb_pack(True, value_t) if need_transpose else None
+
+    def _wsb_pack(self, transpose: bool, value: torch.Tensor) -> torch.Tensor:
+        """Per-slot values of csr_by_dst (csr_by_src with ``transpose``) scattered into tiles."""
+        w = self.wsb(transpose)
+        csr = self.csr_by_src if transpose else self.csr_by_dst
+        slot = self._cached(("wsb_slot", transpose), lambda: w.pos[csr.perm.long()])
+        acc = torch.float64 if value.dtype == torch.float64 else torch.float32
+        tiles = w.block_col.numel()
+        # index_put with accumulate: deterministic under torch.use_deterministic_algorithms.
+        packed = torch.zeros(tiles * 256, dtype=acc, device=self.device).index_put(
+            (slot,), value.to(acc), accumulate=True)
+        return packed.to(value.dtype).view(tiles, 16, 16)
+
+    def wsb_stats(self) -> dict:
+        """How well 16 x 16 tiles fit this graph (forward matrix): ``num_tiles``,
+        ``stored_entries`` (num_tiles x 256), ``nonzeros`` (distinct destination-source pairs),
+        ``fill_ratio`` = stored zeros / stored entries (0: every stored entry is an edge;
+        255/256: one edge per tile; rows past the graph in the last block count as zeros), and
+        ``edges_per_tile``. The tensor-core SpMM multiplies every stored entry, so its work
+        relative to a CSR kernel's grows like 1 / (1 - fill_ratio)."""
+        def compute():
+            w = self.wsb()
+            tiles = w.block_col.numel()
+            stored = tiles * 256
+            nonzeros = int(torch.unique(w.pos).numel())
+            return {"num_tiles": tiles, "stored_entries": stored, "nonzeros": nonzeros,
+                    "fill_ratio": (stored - nonzeros) / stored if stored else 0.0,
+                    "edges_per_tile": self.num_edges / tiles if tiles else 0.0}
+        return self._cached("wsb_stats", compute)
 
     # -- GCN normalisation --------------------------------------------------------------------
     def with_remaining_self_loops(self) -> Tuple["Graph", torch.Tensor, torch.Tensor]:

@@ -27,7 +27,7 @@ def check_features(x, num_rows: int, graph: Graph, name: str = "x") -> torch.Ten
 
 
 def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = None,
-         reduce: str = "sum") -> torch.Tensor:
+         reduce: str = "sum", backend: str = "csr") -> torch.Tensor:
     r"""Neighbourhood aggregation :math:`\mathbf{out}_i = \mathrm{reduce}_{j \in N(i)} w_{ji}\,
     \mathbf{x}_j` for ``reduce`` in ``{'sum', 'mean'}`` (mean divides by the number of incoming
     edges; isolated destinations give 0), as PyG's ``propagate`` with that aggregation.
@@ -36,11 +36,24 @@ def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = No
         graph: the structure (``x`` has ``graph.num_src`` rows, the output ``graph.num_dst``).
         x: ``[num_src, F]`` float32/float64 (CPU and CUDA), float16/bfloat16 (CUDA).
         edge_weight: ``[E]`` in the order of the edge_index the graph was built from.
+        backend: ``'csr'`` (cuSPARSE / gnnio's CSR kernels) or ``'wsb'``: the weighted
+            block-sparse tiles of ``graph.wsb()`` on tensor cores (CUDA: float32 as tf32,
+            float16, bfloat16, all accumulated in float32; float64 raises, use 'csr'). WSB
+            pays for every stored zero of a tile, so it is for locally dense graphs
+            (``graph.wsb_stats()['fill_ratio']`` well below 1). The CPU runs the same tiled
+            algorithm in float32/float64. A non-finite entry of ``x`` reaches, through the
+            zeros of its tile, every row of that tile's block row (0 x inf = nan).
 
-    Differentiable in ``x`` (through the cached transpose) and ``edge_weight`` (SDDMM).
+    Differentiable in ``x`` (through the cached transpose) and ``edge_weight`` (SDDMM; for
+    'wsb' the dense gradient of each tile, gathered at each edge's slot).
     """
+    if backend not in ("csr", "wsb"):
+        raise ValueError(f"backend must be 'csr' or 'wsb', got {backend!r}")
     x = check_features(x, graph.num_src, graph)
     need_t = torch.is_grad_enabled() and x.requires_grad
+    if backend == "wsb":
+        values, values_t = graph.wsb_values(x.dtype, reduce, edge_weight, need_transpose=need_t)
+        return _spmm_wsb(graph, values, values_t, x, need_t)
     value, value_t = graph.spmm_values(x.dtype, reduce, edge_weight, need_transpose=need_t)
     return _spmm_csr(graph, value, value_t, x, need_t)
 
@@ -51,6 +64,17 @@ def _spmm_csr(graph: Graph, value, value_t, x, need_t: bool) -> torch.Tensor:
     return _ops.spmm(fwd.rowptr, fwd.col, value, x, graph.num_dst, graph.num_src,
                      graph.cache_key, rowptr_t, col_t, value_t if need_t else None,
                      graph.cache_key + 1)
+
+
+def _spmm_wsb(graph: Graph, values, values_t, x, need_t: bool) -> torch.Tensor:
+    fwd = graph.wsb()
+    if need_t:
+        t = graph.wsb(transpose=True)
+        rowptr_t, col_t = t.block_rowptr, t.block_col
+    else:  # empty placeholders: a forward without gradients never builds the transpose
+        rowptr_t = col_t = fwd.block_rowptr.new_empty(0)
+    return _ops.wsb_spmm(fwd.block_rowptr, fwd.block_col, values, x, graph.num_dst, graph.num_src,
+                         rowptr_t, col_t, values_t if need_t else None)
 
 
 def gcn_propagate(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = None,

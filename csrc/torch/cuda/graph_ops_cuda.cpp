@@ -7,25 +7,14 @@
 namespace gnnio::binding {
 namespace {
 
-// Ids are range-checked here, on the host side of one reduction, so a bad edge_index raises
-// IndexError instead of a device assert that would poison the CUDA context.
-void check_range(const at::Tensor& ids, int64_t bound, const char* what) {
-  if (ids.numel() == 0) return;
-  const auto [lo, hi] = at::aminmax(ids);
-  const int64_t min_id = lo.item<int64_t>(), max_id = hi.item<int64_t>();
-  TORCH_CHECK_INDEX(min_id >= 0 && max_id < bound, text(what, " ids must lie in [0, ", bound,
-                                                        "), found values in [", min_id, ", ",
-                                                        max_id, "]"));
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo_cuda(const at::Tensor& row,
                                                                  const at::Tensor& col,
                                                                  int64_t num_rows,
                                                                  int64_t num_cols) {
   const c10::cuda::CUDAGuard guard(row.device());
   CsrBuildTensors t = prepare_csr_build(row, col, num_rows, num_cols);
-  check_range(t.row, num_rows, "row");
-  check_range(t.col, num_cols, "column");
+  check_id_range(t.row, num_rows, "row");
+  check_id_range(t.col, num_cols, "column");
   translate_errors([&] {
     const size_t bytes = csr_build_cuda_workspace_bytes(t.params);
     auto workspace = at::empty({static_cast<int64_t>(bytes)}, t.row.options().dtype(at::kByte));

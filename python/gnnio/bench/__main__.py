@@ -20,7 +20,8 @@ import gnnio.reorder
 from gnnio.bench import training
 from gnnio.bench.cases import DEFAULT_LAYERS, LAYERS
 from gnnio.bench.report import markdown_table
-from gnnio.bench.timing import copy_rate_tbps, median_ms, peak_extra_gib
+from gnnio.bench.timing import bench_module, copy_rate_tbps, median_ms, peak_extra_gib, rel_diff
+from gnnio.bench.wsb import bench_spmm_wsb
 
 STANDARD = ["powerlaw-1M-16M", "uniform-1M-16M", "grid-1000x1000"]
 # What gnnio's kernels run, by device type (the CPU kernels: float32 and float64; the CUDA ones
@@ -28,7 +29,7 @@ STANDARD = ["powerlaw-1M-16M", "uniform-1M-16M", "grid-1000x1000"]
 DTYPES = {"cpu": ("float32", "float64"), "cuda": ("float32", "bfloat16", "float16")}
 EDGE_INDEX_SUFFIXES = (".pt", ".pth")
 MTX_SUFFIXES = (".mtx", ".mtx.gz")
-_GENERATED = re.compile(r"(?:(?:powerlaw|uniform)-(\d+[KMG]?)-\d+[KMG]?|grid-(\d+)x(\d+))")
+_GENERATED = re.compile(r"(?:(?:powerlaw|uniform|blockdiag)-(\d+[KMG]?)-\d+[KMG]?|grid-(\d+)x(\d+))")
 
 
 def parse_args(argv, prog="python -m gnnio.bench"):
@@ -37,7 +38,8 @@ def parse_args(argv, prog="python -m gnnio.bench"):
                    help="comma list of graph names, .mtx[.gz] paths, or .pt files holding an "
                         "edge_index saved with torch.save (a [2, E] integer tensor, or a dict with "
                         "'edge_index' and optional 'num_nodes'); 'real' = every real graph found, "
-                        "'standard' = %s; generated: powerlaw-N-E, uniform-N-E, grid-HxW"
+                        "'standard' = %s; generated: powerlaw-N-E, uniform-N-E, grid-HxW, "
+                        "blockdiag-N-E (locally dense: 16-node groups, for spmm(wsb))"
                         % ",".join(STANDARD))
     p.add_argument("--layers", default=",".join(DEFAULT_LAYERS),
                    help="comma list from: spmm, " + ", ".join(list(OPS) + list(LAYERS)))
@@ -162,7 +164,7 @@ def graph_problem(name):
     except FileNotFoundError:
         real = gnnio.datasets.available_real_graphs()
         return (f"unknown graph {name!r}: not a file, not a generated graph (powerlaw-N-E, "
-                f"uniform-N-E, grid-HxW), and not a real graph found here ({', '.join(real) or 'none'})")
+                f"uniform-N-E, blockdiag-N-E, grid-HxW), and not a real graph found here ({', '.join(real) or 'none'})")
     return None
 
 
@@ -289,22 +291,6 @@ def pyg_version():
         return torch_geometric.__version__
     except ImportError:
         return None
-
-
-def rel_diff(a, b):
-    a, b = a.detach().double(), b.detach().double()
-    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item() if b.numel() else 0.0
-
-
-def bench_module(fn_fwd, outputs_grad, inputs, device, args):
-    """(fwd_ms, fwd_bwd_ms, peak_extra_gib) of a forward callable and its backward."""
-    def fwd_bwd():
-        out = fn_fwd()
-        torch.autograd.grad(out, inputs, outputs_grad)
-
-    fwd = median_ms(fn_fwd, device, args.warmup, args.repeat)
-    both = median_ms(fwd_bwd, device, args.warmup, args.repeat)
-    return fwd, both, peak_extra_gib(fwd_bwd, device)
 
 
 def run_graph(name, args, device, dtype, rows, progress):
@@ -474,7 +460,7 @@ def _bench_attention(kind):
 
 OPS = {"segment_reduce(max)": _bench_segment_reduce, "graph_attention(gat)": _bench_attention("gat"),
        "graph_attention(gatv2)": _bench_attention("gatv2"), "graph_attention(dot)": _bench_attention("dot"),
-       training.LAYER: training.bench_train_step}
+       training.LAYER: training.bench_train_step, "spmm(wsb)": bench_spmm_wsb}
 
 
 def _bench_layer(name, layer, x, gout, ei, device, dtype, args, rows):

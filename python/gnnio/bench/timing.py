@@ -59,3 +59,19 @@ def copy_rate_tbps(device: torch.device, gib: float = 2.0) -> float:
     dst = torch.empty_like(src)
     ms = median_ms(lambda: dst.copy_(src), device, warmup=3, repeat=10)
     return 2 * n * 4 / (ms * 1e-3) / 1e12
+
+
+def rel_diff(a, b):
+    a, b = a.detach().double(), b.detach().double()
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item() if b.numel() else 0.0
+
+
+def bench_module(fn_fwd, outputs_grad, inputs, device, args):
+    """(fwd_ms, fwd_bwd_ms, peak_extra_gib) of a forward callable and its backward."""
+    def fwd_bwd():
+        out = fn_fwd()
+        torch.autograd.grad(out, inputs, outputs_grad)
+
+    fwd = median_ms(fn_fwd, device, args.warmup, args.repeat)
+    both = median_ms(fwd_bwd, device, args.warmup, args.repeat)
+    return fwd, both, peak_extra_gib(fwd_bwd, device)

@@ -1,0 +1,25 @@
+// Policy of the WSB kernels, kept apart from the kernels (mechanism, cuda.cu). One
+// configuration is instantiated (DESIGN.md: no combinatorial builds); a second would be a new
+// row of this file chosen by the planner, with the measurement that justified it.
+#pragma once
+
+namespace gnnio {
+
+// The tensor-core SpMM: one CTA per (block row, feature chunk). Each warp owns kFragsPerWarp
+// 16-wide output fragments of the block row, so a CTA covers kWarps * kFragsPerWarp * 16
+// features and reads each tile and each 16-row block of x once for all of them.
+// 4 x 2 x 16 = 128 = DESIGN.md's feature width: one CTA per block row there. Not yet tuned on the
+// H200; narrower inputs leave warps idle, wider ones take several chunks.
+struct WsbSpmmConfig {
+  static constexpr int kWarps = 4;
+  static constexpr int kFragsPerWarp = 2;
+  static constexpr int kChunk = kWarps * kFragsPerWarp * 16;  // features per CTA
+};
+
+// The tile-gradient SDDMM: one warp per tile, features staged through shared memory in chunks
+// of one lane each (32), kWarps warps per CTA.
+struct WsbSddmmConfig {
+  static constexpr int kWarps = 4;
+};
+
+}  // namespace gnnio
