@@ -37,6 +37,10 @@ for dtype in ${ATT_DTYPES:-}; do
   bench nvidia-h200-attention-$dtype ${ATT_S:-0} --dtype $dtype --graphs "${ATT_GRAPHS:-standard,real}" \
     --layers "graph_attention(gat),graph_attention(gatv2),graph_attention(dot),GATConv,GATv2Conv,TransformerConv"
 done
+if [ "${PROF_S:-0}" -gt 0 ]; then
+  timeout $PROF_S python3 bench/profile_layers.py > "$OUT/profile-layers.log" 2>&1 || echo "profile: stopped (rc $?)"
+  echo "profile: $(( $(date +%s) - T0 )) s"
+fi
 echo "=== wsb tests"; [ -f "$OUT/pytest-wsb.log" ] && { grep -E "FAILED|ERROR" "$OUT/pytest-wsb.log" | cut -c1-200 | head -15; tail -1 "$OUT/pytest-wsb.log"; }
 echo "=== results"; for f in "$OUT"/*.md; do [ -f "$f" ] && grep -hE "powerlaw-1M-16M|blockdiag|bcsstk25|as20000102" "$f" | cut -c1-200 | head -14; done
 (cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -v '\.json$' | grep -v '^logs.tgz$') 2>/dev/null)

@@ -1,0 +1,40 @@
+"""Where a layer's time goes on the GPU: one forward+backward of each attention layer on a
+standard graph under torch.profiler, the top CUDA kernels by total time. For NOTES.md, not a
+benchmark (the benchmark protocol is gnnio.bench's)."""
+import argparse
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import gnnio
+from gnnio.bench.cases import LAYERS
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--graph", default="powerlaw-1M-16M")
+    p.add_argument("--layers", default="GATConv,GATv2Conv,TransformerConv")
+    p.add_argument("--top", type=int, default=14)
+    args = p.parse_args()
+    data = gnnio.datasets.load(args.graph)
+    ei = data.edge_index.cuda()
+    torch.manual_seed(0)
+    x = torch.randn(data.num_nodes, 128, device="cuda", requires_grad=True)
+    for name in args.layers.split(","):
+        layer = LAYERS[name].make_gnnio(128).cuda()
+        gout = None
+        for _ in range(3):  # warm-up: graph caches, plans, cuBLAS handles
+            out = layer(x, ei)
+            gout = torch.randn_like(out) if gout is None else gout
+            out.backward(gout)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = layer(x, ei)
+            out.backward(gout)
+            torch.cuda.synchronize()
+        print(f"=== {name} on {args.graph}: one forward + backward")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.top, max_name_column_width=70))
+
+
+if __name__ == "__main__":
+    main()
