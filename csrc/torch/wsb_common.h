@@ -44,7 +44,8 @@ inline WsbSpmmParams wsb_spmm_params(const at::Tensor& block_rowptr, const at::T
                                        sizes_text(x.sizes())));
   TORCH_CHECK_VALUE(x.size(0) == num_cols, text("wsb_spmm: x has ", x.size(0),
                                                 " rows but the matrix has ", num_cols, " columns"));
-  TORCH_CHECK_VALUE(x.stride(1) == 1 || x.size(1) <= 1, "wsb_spmm: x must have unit feature stride");
+  TORCH_CHECK_VALUE(x.stride(1) == 1 || x.size(1) <= 1 || x.numel() == 0,  // an empty grad may be an expanded view
+                    "wsb_spmm: x must have unit feature stride");
   const int64_t tiles = block_col.numel();
   TORCH_CHECK_VALUE(values.sizes() == at::IntArrayRef({tiles, kWsbTile, kWsbTile}) && values.is_contiguous(),
                     text("wsb_spmm: values must be contiguous [num_tiles = ", tiles, ", 16, 16], got ",
