@@ -301,16 +301,47 @@ class Graph:
         ``fill_ratio`` = stored zeros / stored entries (0: every stored entry is an edge;
         255/256: one edge per tile; rows past the graph in the last block count as zeros), and
         ``edges_per_tile``. The tensor-core SpMM multiplies every stored entry, so its work
-        relative to a CSR kernel's grows like 1 / (1 - fill_ratio)."""
+        relative to a CSR kernel's grows like 1 / (1 - fill_ratio). Cheap and cached: one sort
+        of the edges' (tile, entry) keys; it does not build the WSB structure. The planner reads
+        it (``edges_per_tile``) on CUDA."""
         def compute():
-            w = self.wsb()
-            tiles = w.block_col.numel()
+            block_cols = (self.num_src + 15) // 16
+            if ((self.num_dst + 15) // 16) * block_cols * 256 < 2**63:
+                dst, src = self._dst.long(), self._src.long()
+                # Tile id (block row-major) x 256 + entry (16 (dst % 16) + src % 16): the slot of
+                # the flat WSB values. Sorted distinct slots -> entries; their tile ids -> tiles.
+                slots = torch.unique(((dst >> 4) * block_cols + (src >> 4)) * 256
+                                     + ((dst & 15) << 4) + (src & 15))
+                nonzeros = int(slots.numel())
+                tiles = int(torch.unique_consecutive(slots >> 8).numel())
+            else:  # tile ids past int64: count on the built structure
+                w = self.wsb()
+                tiles = w.block_col.numel()
+                nonzeros = int(torch.unique(w.pos).numel())
             stored = tiles * 256
-            nonzeros = int(torch.unique(w.pos).numel())
             return {"num_tiles": tiles, "stored_entries": stored, "nonzeros": nonzeros,
                     "fill_ratio": (stored - nonzeros) / stored if stored else 0.0,
                     "edges_per_tile": self.num_edges / tiles if tiles else 0.0}
         return self._cached("wsb_stats", compute)
+
+    # -- the planner --------------------------------------------------------------------------
+    def plan(self, layer, features: int = 128, dtype: torch.dtype = torch.float32, *,
+             training: bool = True, backend: Optional[str] = None):
+        """What gnnio runs for ``layer`` on this graph, and why: a :class:`gnnio.plan.Plan`
+        (``str(plan)`` prints it). ``layer`` is a family (``'spmm'``, ``'reduce'``,
+        ``'attention'``), an op (``'spmm(mean)'``, ``'segment_reduce(max)'``,
+        ``'graph_attention(gatv2)'``, ``'gcn_propagate'``), a gnnio/PyG layer name
+        (``'GCNConv'``, ``'GraphConv(mean)'``, ``'SAGEConv(max)'``, ``'GATConv'``, ``'GATv2Conv'``,
+        ``'TransformerConv'``, ``'MaxAggregation'``, ...; any case) or a layer class or instance.
+        ``features`` is the aggregated width (heads x channels for attention), ``training``
+        adds the backward pass's split, ``backend`` forces the SpMM backend as in
+        :func:`gnnio.ops.spmm`. The choice reads cheap cached statistics (degrees, tile counts),
+        is deterministic and is the same on a CPU graph: ``backend`` says what CUDA runs,
+        ``cpu_backend`` what the CPU runs. Layers that add self loops (GCNConv, GATConv,
+        GATv2Conv) are planned on the graph with them. Raises ValueError for an unknown name."""
+        from gnnio.plan import plan_layer
+
+        return plan_layer(self, layer, features, dtype, training=training, backend=backend)
 
     # -- GCN normalisation --------------------------------------------------------------------
     def with_remaining_self_loops(self) -> Tuple["Graph", torch.Tensor, torch.Tensor]:
@@ -351,6 +382,21 @@ class Graph:
                                                               add_self_loops, normalize))
         return self._gcn_values(dtype, self._check_edge_weight(edge_weight, dtype), improved,
                                 add_self_loops, normalize)
+
+    def gcn_wsb_values(self, dtype: torch.dtype, edge_weight: Optional[torch.Tensor] = None,
+                       improved: bool = False, add_self_loops: bool = True,
+                       normalize: bool = True, need_transpose: bool = True):
+        """(graph', values, values_t or None): :meth:`gcn_values` packed into the WSB tiles of graph'
+        (``[num_tiles, 16, 16]``), for the tensor-core SpMM. Cached when edge_weight is None,
+        differentiable in it otherwise."""
+        g, value, value_t = self.gcn_values(dtype, edge_weight, improved, add_self_loops, normalize)
+        if edge_weight is None:
+            key = ("gcn_wsb", dtype, improved, add_self_loops, normalize)
+            values = self._cached(key + (False,), lambda: g._wsb_pack(False, value))
+            values_t = self._cached(key + (True,), lambda: g._wsb_pack(True, value_t)) \
+                if need_transpose else None
+            return g, values, values_t
+        return g, g._wsb_pack(False, value), g._wsb_pack(True, value_t) if need_transpose else None
 
     def _gcn_values(self, dtype, w, improved, add_self_loops, normalize):
         graph = self

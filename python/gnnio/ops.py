@@ -5,7 +5,7 @@ import torch
 
 from gnnio._ops import ops as _ops
 from gnnio.graph import Graph
-from gnnio.plan import plan_attention, plan_reduce
+from gnnio.plan import plan_attention, plan_reduce, spmm_backend
 
 __all__ = ["spmm", "gcn_propagate", "segment_reduce", "graph_attention", "attention_weights",
            "check_features"]
@@ -27,7 +27,7 @@ def check_features(x, num_rows: int, graph: Graph, name: str = "x") -> torch.Ten
 
 
 def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = None,
-         reduce: str = "sum", backend: str = "csr") -> torch.Tensor:
+         reduce: str = "sum", backend: Optional[str] = None) -> torch.Tensor:
     r"""Neighbourhood aggregation :math:`\mathbf{out}_i = \mathrm{reduce}_{j \in N(i)} w_{ji}\,
     \mathbf{x}_j` for ``reduce`` in ``{'sum', 'mean'}`` (mean divides by the number of incoming
     edges; isolated destinations give 0), as PyG's ``propagate`` with that aggregation.
@@ -36,22 +36,27 @@ def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = No
         graph: the structure (``x`` has ``graph.num_src`` rows, the output ``graph.num_dst``).
         x: ``[num_src, F]`` float32/float64 (CPU and CUDA), float16/bfloat16 (CUDA).
         edge_weight: ``[E]`` in the order of the edge_index the graph was built from.
-        backend: ``'csr'`` (cuSPARSE / gnnio's CSR kernels) or ``'wsb'``: the weighted
-            block-sparse tiles of ``graph.wsb()`` on tensor cores (CUDA: float32 as tf32,
-            float16, bfloat16, all accumulated in float32; float64 raises, use 'csr'). WSB
-            pays for every stored zero of a tile, so it is for locally dense graphs
-            (``graph.wsb_stats()['fill_ratio']`` well below 1). The CPU runs the same tiled
-            algorithm in float32/float64. A non-finite entry of ``x`` reaches, through the
-            zeros of its tile, every row of that tile's block row (0 x inf = nan).
+        backend: ``None`` (default): ``GNNIO_SPMM_BACKEND`` (``csr``, ``wsb`` or ``auto``)
+            if set, else ``'auto'``. ``'auto'``: the planner's choice (``graph.plan('spmm')``):
+            on CUDA WSB where a 16 x 16 tile holds enough edges
+            (``graph.wsb_stats()['edges_per_tile']`` at or above
+            ``gnnio.plan.wsb_threshold(F, dtype)``; float32 only where tf32 is allowed), else
+            CSR; on the CPU always CSR. ``'csr'``: cuSPARSE / gnnio's CSR kernels. ``'wsb'``:
+            the weighted block-sparse tiles of ``graph.wsb()`` on tensor cores (CUDA: float32
+            as tf32, float16, bfloat16, all accumulated in float32; float64 raises, use 'csr').
+            WSB pays for every stored zero of a tile, so it is for locally dense graphs. The
+            CPU runs the same tiled algorithm in float32/float64 (a reference). With WSB a
+            non-finite entry of ``x`` reaches, through the zeros of its tile, every row of
+            that tile's block row (0 x inf = nan).
 
     Differentiable in ``x`` (through the cached transpose) and ``edge_weight`` (SDDMM; for
     'wsb' the dense gradient of each tile, gathered at each edge's slot).
     """
-    if backend not in ("csr", "wsb"):
-        raise ValueError(f"backend must be 'csr' or 'wsb', got {backend!r}")
+    if backend is not None and backend not in ("csr", "wsb", "auto"):
+        raise ValueError(f"backend must be 'csr', 'wsb', 'auto' or None, got {backend!r}")
     x = check_features(x, graph.num_src, graph)
     need_t = torch.is_grad_enabled() and x.requires_grad
-    if backend == "wsb":
+    if spmm_backend(graph, x, backend) == "wsb":
         values, values_t = graph.wsb_values(x.dtype, reduce, edge_weight, need_transpose=need_t)
         return _spmm_wsb(graph, values, values_t, x, need_t)
     value, value_t = graph.spmm_values(x.dtype, reduce, edge_weight, need_transpose=need_t)
@@ -79,11 +84,22 @@ def _spmm_wsb(graph: Graph, values, values_t, x, need_t: bool) -> torch.Tensor:
 
 def gcn_propagate(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = None,
                   improved: bool = False, add_self_loops: bool = True,
-                  normalize: bool = True) -> torch.Tensor:
-    """GCN's propagation D^-1/2 (A [+ I]) D^-1/2 x with PyG's gcn_norm conventions."""
+                  normalize: bool = True, backend: Optional[str] = None) -> torch.Tensor:
+    """GCN's propagation D^-1/2 (A [+ I]) D^-1/2 x with PyG's gcn_norm conventions. ``backend``
+    as in :func:`spmm`; the planner looks at the graph with the self loops."""
+    if backend is not None and backend not in ("csr", "wsb", "auto"):
+        raise ValueError(f"backend must be 'csr', 'wsb', 'auto' or None, got {backend!r}")
     x = check_features(x, graph.num_src, graph)
     g, value, value_t = graph.gcn_values(x.dtype, edge_weight, improved, add_self_loops, normalize)
     need_t = torch.is_grad_enabled() and x.requires_grad
+    if spmm_backend(g, x, backend) == "wsb":
+        if edge_weight is None:  # cached tiles
+            _, values, values_t = graph.gcn_wsb_values(x.dtype, None, improved, add_self_loops,
+                                                       normalize, need_transpose=need_t)
+        else:  # the values just computed, differentiable in edge_weight
+            values = g._wsb_pack(False, value)
+            values_t = g._wsb_pack(True, value_t) if need_t else None
+        return _spmm_wsb(g, values, values_t, x, need_t)
     return _spmm_csr(g, value, value_t, x, need_t)
 
 

@@ -1,7 +1,10 @@
 """The planner: policy chosen from cheap graph statistics, kept apart from the kernels.
 
 Each plan says what it chose and why (``reason``), so a user can see it and override it
-(argument or environment variable)."""
+(argument or environment variable). ``plan_reduce`` and ``plan_attention`` split heavy rows;
+``spmm_backend`` picks CSR or WSB for each SpMM; ``plan_layer`` (``Graph.plan``) gathers them
+into one :class:`Plan` for a layer, with the reason as text."""
+import math
 import os
 from typing import NamedTuple, Optional
 
@@ -155,3 +158,379 @@ def plan_attention(graph, width: int, backward: bool = False,
                          f"out-edges (max {bwd.max_degree}) split")
     return AttentionPlan(light_max, heavy_rows, heavy_items, "; ".join(parts), light_max_out,
                          heavy_src, heavy_src_items)
+
+
+# ---------------------------------------------------------------------------------------------
+# SpMM backend: CSR (cuSPARSE or gnnio's row-warp kernel, chosen in C++ by
+# csrc/gnnio/spmm/policy.h) or the tensor-core WSB kernel on 16 x 16 tiles.
+#
+# WSB multiplies every stored entry of a tile, so it pays when a tile holds many edges. The
+# deciding statistic is edges per tile (Graph.wsb_stats(); duplicates count, as each is one
+# gather for the CSR kernel). Measured on the H200, WSB against gnnio's CSR spmm (cuSPARSE),
+# 128 features, speedup forward / forward+backward (bench/results/nvidia-h200-wsb-*.md):
+#
+#   edges/tile  graph             float32 (tf32)   bfloat16
+#   256         blockdiag-1M-16M  2.73x / 2.73x    5.06x / 4.88x
+#   39.4        bcsstk13          0.80x / 1.29x    1.50x / 1.25x
+#   20.5        bcsstk25          0.94x / 1.38x    1.35x / 1.22x
+#   9.2         grid-1000x1000    0.45x / 0.45x    0.73x / 0.73x
+#   7.3         delaunay-n16      0.38x / 0.46x    0.70x / 0.96x
+#   1.6         powerlaw-1M-16M   0.04x / 0.04x    0.10x / 0.10x
+#
+# 16-bit: WSB wins both ways from 20.5 edges per tile and loses at 9.2, so the threshold is 16,
+# in between and next to the byte model's break-even (below: ~17.6 at 128 features). float16
+# was not measured; it has bfloat16's MMA shape and bytes, so it shares the threshold.
+# float32 (tf32, m16n16k8 and twice the tile bytes): the forward still loses at 20.5 and 39.4
+# edges per tile (0.94x, 0.80x; small FEM matrices) and wins at 256, so the threshold is 64,
+# between 39.4 and 256; it gives up the forward+backward gains at 20-40 edges per tile
+# (1.3-1.4x on graphs whose whole step is ~0.1 ms) rather than risk a 20% slower forward.
+WSB_MIN_EDGES_PER_TILE = {torch.float32: 64.0, torch.float16: 16.0, torch.bfloat16: 16.0}
+WSB_REFERENCE_WIDTH = 128  # the measured width; other widths scale the threshold by the model
+# PyTorch's default keeps float32 matmuls in full precision; WSB runs float32 as tf32 (~1e-3
+# relative, docs/wsb.md), which would break the float32 parity with PyG. So the planner picks
+# WSB for float32 only where tf32 is allowed (torch.set_float32_matmul_precision('high') or
+# torch.backends.cuda.matmul.fp32_precision = 'tf32'); an explicit backend='wsb' or
+# GNNIO_SPMM_BACKEND=wsb runs it anyway.
+WSB_FLOAT32_NEEDS_TF32 = True
+
+# (edges per tile, graph, {dtype: (forward speedup, forward+backward speedup)}) of the table.
+_WSB_MEASURED = (
+    (256.0, "blockdiag-1M-16M", {torch.float32: (2.73, 2.73), torch.bfloat16: (5.06, 4.88)}),
+    (39.4, "bcsstk13", {torch.float32: (0.80, 1.29), torch.bfloat16: (1.50, 1.25)}),
+    (20.5, "bcsstk25", {torch.float32: (0.94, 1.38), torch.bfloat16: (1.35, 1.22)}),
+    (9.2, "grid-1000x1000", {torch.float32: (0.45, 0.45), torch.bfloat16: (0.73, 0.73)}),
+    (7.3, "delaunay-n16", {torch.float32: (0.38, 0.46), torch.bfloat16: (0.70, 0.96)}),
+    (1.6, "powerlaw-1M-16M", {torch.float32: (0.04, 0.04), torch.bfloat16: (0.10, 0.10)}),
+)
+
+SPMM_BACKENDS = ("csr", "wsb", "auto")
+_DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+                torch.bfloat16: "bfloat16"}
+
+
+def _break_even(width: int, dtype: torch.dtype) -> float:
+    """Edges per tile at which WSB and CSR move the same bytes: a tile loads its 16 x F block of
+    x and 256 values; a CSR edge gathers one x row, its value and a 4-byte column."""
+    s = torch.finfo(dtype).bits // 8
+    return s * (16 * width + 256) / (s * width + s + 4)
+
+
+def wsb_threshold(width: int, dtype: torch.dtype) -> float:
+    """Edges per 16 x 16 tile from which the planner picks WSB on CUDA for ``width`` features of
+    ``dtype``: the measured threshold at 128 features, raised for narrower features by the byte
+    model (a tile's 256 values weigh more against a narrow x block; not measured), never lowered.
+    ``inf`` for dtypes WSB does not run on CUDA (float64)."""
+    base = WSB_MIN_EDGES_PER_TILE.get(dtype)
+    if base is None:
+        return float("inf")
+    scale = _break_even(max(int(width), 1), dtype) / _break_even(WSB_REFERENCE_WIDTH, dtype)
+    return base * max(1.0, scale)
+
+
+@torch.compiler.assume_constant_result
+def _tf32_allowed() -> bool:
+    # Reading the flag is opaque to torch.compile: a constant of the traced graph (a change of
+    # the setting recompiles, as torch guards its global matmul state).
+    return torch.backends.cuda.matmul.fp32_precision == "tf32"
+
+
+def _forced_spmm_backend(backend: Optional[str]):
+    """(backend, source) when the argument or GNNIO_SPMM_BACKEND names 'csr' or 'wsb', else
+    None (the planner decides). An explicit argument, 'auto' included, wins over the variable."""
+    if backend is not None:
+        if backend not in SPMM_BACKENDS:
+            raise ValueError(f"backend must be 'csr', 'wsb', 'auto' or None, got {backend!r}")
+        return None if backend == "auto" else (backend, f"backend={backend!r}")
+    env = os.environ.get("GNNIO_SPMM_BACKEND")
+    if env is None or env == "" or env == "auto":
+        return None
+    if env not in ("csr", "wsb"):
+        raise ValueError(f"GNNIO_SPMM_BACKEND must be 'csr', 'wsb' or 'auto', got {env!r}")
+    return env, f"GNNIO_SPMM_BACKEND={env}"
+
+
+class _SpmmRule(NamedTuple):
+    wsb: bool
+    why: str  # 'dtype', 'empty', 'tf32', 'tiles'
+    threshold: float
+    stats: Optional[dict]
+
+
+def _spmm_rule(graph, width: int, dtype: torch.dtype, want_stats: bool = False) -> _SpmmRule:
+    """The planner's CUDA choice between CSR and WSB (not forced). Tile statistics are computed
+    (one sort of the edges' tile keys, cached on the Graph) only where they decide, or with
+    ``want_stats`` (for a plan's reason)."""
+    threshold = wsb_threshold(width, dtype)
+    if threshold == float("inf"):
+        return _SpmmRule(False, "dtype", threshold, None)
+    if graph.num_edges == 0 or width == 0:
+        return _SpmmRule(False, "empty", threshold, None)
+    if dtype == torch.float32 and WSB_FLOAT32_NEEDS_TF32 and not _tf32_allowed():
+        return _SpmmRule(False, "tf32", threshold, graph.wsb_stats() if want_stats else None)
+    stats = graph.wsb_stats()
+    return _SpmmRule(stats["edges_per_tile"] >= threshold, "tiles", threshold, stats)
+
+
+def spmm_backend(graph, x: torch.Tensor, backend: Optional[str] = None) -> str:
+    """'csr' or 'wsb' for one spmm on ``graph`` with features ``x``: ``backend`` ('csr', 'wsb',
+    'auto'; None reads GNNIO_SPMM_BACKEND, default auto). Auto is the planner's rule on CUDA
+    and 'csr' on the CPU (whose WSB kernel is the reference implementation)."""
+    forced = _forced_spmm_backend(backend)
+    if forced is not None:
+        return forced[0]
+    if not x.is_cuda:
+        return "csr"
+    return "wsb" if _spmm_rule(graph, x.size(1), x.dtype).wsb else "csr"
+
+
+def _nearest_measurement(ept: float, dtype: torch.dtype) -> str:
+    key = torch.bfloat16 if dtype == torch.float16 else dtype
+    point = min(_WSB_MEASURED, key=lambda m: abs(math.log(max(ept, 1e-3) / m[0])))
+    fwd, both = point[2][key]
+    label = _DTYPE_NAMES[key] + (", float16 not measured" if dtype == torch.float16 else "")
+    return (f"nearest H200 measurement: {point[1]} ({point[0]:g} edges/tile, {label}) WSB "
+            f"{fwd:.2f}x forward, {both:.2f}x forward+backward vs CSR")
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph.plan: the planner's choice for one layer, with the reason.
+
+class Plan(NamedTuple):
+    """What gnnio runs for one layer (or kernel family) on one graph, and why.
+
+    ``backend`` is what CUDA runs: spmm ``'cusparse'``, ``'rowwarp'`` or ``'wsb'``; reduce
+    ``'degree-aware'`` or ``'node-parallel'``; attention ``'csr-split'`` or ``'csr'``.
+    ``cpu_backend`` is what the CPU runs. The split fields are the light/heavy split of the
+    reduce and attention planners (None / 0 when there is none, and for spmm)."""
+    layer: str  # the name asked for, canonical ('SAGEConv(max)', 'spmm', ...)
+    family: str  # 'spmm' | 'reduce' | 'attention'
+    backend: str
+    cpu_backend: str
+    features: int
+    dtype: torch.dtype
+    reason: str
+    self_loops: bool = False  # planned on the graph with self loops, as the layer adds them
+    wsb_threshold: Optional[float] = None  # spmm: edges per tile from which WSB is picked
+    light_max_degree: Optional[int] = None  # destinations with more slots are heavy
+    chunk: Optional[int] = None  # slots per heavy work item
+    heavy_rows: int = 0
+    heavy_items: int = 0
+    light_max_out_degree: Optional[int] = None  # backward: sources with more out-edges are heavy
+    heavy_sources: int = 0
+    heavy_source_items: int = 0
+    stats: Optional[dict] = None  # the statistics the choice read
+
+    def __str__(self):
+        lines = [f"{self.layer} ({self.family}), {self.features} features, "
+                 f"{_DTYPE_NAMES.get(self.dtype, str(self.dtype))}"
+                 + (", graph with self loops" if self.self_loops else "")]
+        lines.append(f"  CUDA: {self.backend}")
+        lines.append(f"  CPU:  {self.cpu_backend} ({_CPU_NOTE[self.family, self.cpu_backend]})")
+        if self.wsb_threshold is not None:
+            lines.append(f"  WSB threshold: {self.wsb_threshold:.1f} edges per 16x16 tile")
+        if self.light_max_degree is not None:
+            lines.append(f"  split: {self.heavy_rows} destinations above {self.light_max_degree}"
+                         f" slots -> {self.heavy_items} items of <= {self.chunk}")
+        if self.light_max_out_degree is not None:
+            lines.append(f"  backward split: {self.heavy_sources} sources above "
+                         f"{self.light_max_out_degree} out-edges -> {self.heavy_source_items} items")
+        if self.stats:
+            lines.append("  stats: " + ", ".join(f"{k} {_fmt(v)}" for k, v in self.stats.items()))
+        lines.append(f"  why: {self.reason}")
+        return "\n".join(lines)
+
+
+_CPU_NOTE = {
+    ("spmm", "csr"): "the planner keeps CSR on the CPU; its WSB kernel is a reference",
+    ("spmm", "wsb"): "forced: the tiled reference kernel",
+    ("reduce", "node-parallel"): "rows in parallel, no split",
+    ("attention", "csr"): "rows in parallel, no split",
+}
+
+
+def _fmt(v):
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+# Canonical lower-case name -> (display name, family, reduce or attention kind, self loops).
+_FAMILIES = {
+    "spmm": ("spmm", "spmm", "sum", False),
+    "reduce": ("reduce", "reduce", "max", False),
+    "attention": ("attention", "attention", "gat", False),
+}
+_NAMES = dict(_FAMILIES)
+for _r in ("sum", "add", "mean"):
+    _NAMES[f"spmm({_r})"] = (f"spmm({_r})", "spmm", _r, False)
+    _NAMES[f"segment_reduce({_r})"] = (f"segment_reduce({_r})", "spmm", _r, False)
+    _NAMES[f"graphconv({_r})"] = (f"GraphConv({_r})", "spmm", _r, False)
+for _r in ("max", "min"):
+    _NAMES[f"segment_reduce({_r})"] = (f"segment_reduce({_r})", "reduce", _r, False)
+    _NAMES[f"graphconv({_r})"] = (f"GraphConv({_r})", "reduce", _r, False)
+    _NAMES[f"sageconv({_r})"] = (f"SAGEConv({_r})", "reduce", _r, False)
+    _NAMES[f"{_r}aggregation"] = (f"{_r.capitalize()}Aggregation", "reduce", _r, False)
+for _k in ("gat", "gatv2", "dot"):
+    _NAMES[f"graph_attention({_k})"] = (f"graph_attention({_k})", "attention", _k, False)
+_NAMES.update({
+    "segment_reduce": ("segment_reduce(max)", "reduce", "max", False),
+    "graph_attention": ("graph_attention(gat)", "attention", "gat", False),
+    "gcn_propagate": ("gcn_propagate", "spmm", "gcn", True),
+    "gcnconv": ("GCNConv", "spmm", "gcn", True),
+    "graphconv": ("GraphConv(add)", "spmm", "add", False),
+    "sageconv": ("SAGEConv(mean)", "spmm", "mean", False),
+    "sageconv(mean)": ("SAGEConv(mean)", "spmm", "mean", False),
+    "gatconv": ("GATConv", "attention", "gat", True),
+    "gatv2conv": ("GATv2Conv", "attention", "gatv2", True),
+    "transformerconv": ("TransformerConv", "attention", "dot", False),
+})
+del _r, _k
+PLAN_NAMES = tuple(sorted({v[0] for v in _NAMES.values()}))
+
+
+def _resolve_name(layer):
+    """The _NAMES entry of a name, a layer class or a layer instance (its ``aggr`` included)."""
+    if isinstance(layer, type):
+        name = layer.__name__
+    elif isinstance(layer, torch.nn.Module):
+        name = type(layer).__name__
+        aggr = getattr(layer, "aggr", None)
+        if name in ("GraphConv", "SAGEConv") and isinstance(aggr, str):
+            name = f"{name}({aggr})"
+    elif isinstance(layer, str):
+        name = layer
+    else:
+        raise ValueError(f"plan() takes a layer or family name, a layer class or a layer, got "
+                         f"{type(layer).__name__}")
+    key = "".join(name.split()).lower().replace("'", "").replace('"', "").replace("aggr=", "")
+    if key not in _NAMES:
+        raise ValueError(f"unknown layer or family {name!r} for plan(); accepted (case does not "
+                         f"matter): {', '.join(PLAN_NAMES)}")
+    return _NAMES[key]
+
+
+def _check_dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None) if dtype.isidentifier() else None
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    return dtype
+
+
+def plan_layer(graph, layer, features: int = 128, dtype=torch.float32, *,
+               training: bool = True, backend: Optional[str] = None) -> Plan:
+    """:meth:`gnnio.Graph.plan`."""
+    display, family, kind, loops = _resolve_name(layer)
+    dtype = _check_dtype(dtype)
+    if isinstance(features, bool) or not isinstance(features, int) or features < 0:
+        raise ValueError(f"features must be an int >= 0, got {features!r}")
+    if backend is not None and family != "spmm":
+        raise ValueError(f"backend= forces the SpMM backend; {display} is in the {family} family")
+    self_loops = loops and not graph.is_bipartite
+    g = graph.with_remaining_self_loops()[0] if self_loops else graph
+    common = dict(layer=display, family=family, features=features, dtype=dtype,
+                  self_loops=self_loops)
+    if family == "spmm":
+        return _plan_spmm(g, features, dtype, backend, common)
+    if family == "reduce":
+        return _plan_reduce_layer(g, dtype, training, common)
+    return _plan_attention_layer(g, features, training, common)
+
+
+def _csr_algorithm(graph, width: int):
+    """What csrc/gnnio/spmm/policy.h's choose_spmm_algorithm picks for the CSR path."""
+    if torch.are_deterministic_algorithms_enabled():
+        return "rowwarp", ("row-warp (torch.use_deterministic_algorithms(True): bitwise "
+                           "repeatable)")
+    if graph.num_edges > graph.num_dst * graph.num_src:
+        return "rowwarp", f"row-warp (cuSPARSE rejects nnz {graph.num_edges} > rows x cols)"
+    if width == 1:
+        return "rowwarp", "row-warp (one-column product)"
+    if os.environ.get("GNNIO_SPMM_ALG") == "rowwarp":
+        return "rowwarp", "row-warp (GNNIO_SPMM_ALG=rowwarp)"
+    alg = "ALG_DEFAULT" if os.environ.get("GNNIO_SPMM_ALG") == "default" else "CSR_ALG2"
+    return "cusparse", f"cuSPARSE {alg}"
+
+
+def _plan_spmm(graph, features, dtype, backend, common) -> Plan:
+    forced = _forced_spmm_backend(backend)
+    rule = _spmm_rule(graph, features, dtype, want_stats=True)
+    threshold = None if rule.threshold == float("inf") else rule.threshold
+    stats, tiles = {}, ""
+    if rule.stats is not None:
+        s = rule.stats
+        stats = {"edges_per_tile": s["edges_per_tile"], "fill_ratio": s["fill_ratio"],
+                 "num_tiles": s["num_tiles"]}
+        tiles = (f"{s['edges_per_tile']:.1f} edges per 16x16 tile (fill ratio "
+                 f"{s['fill_ratio']:.2f})")
+        above = s["edges_per_tile"] >= rule.threshold
+        compare = f"{tiles} {'>=' if above else '<'} threshold {rule.threshold:.1f}"
+    name = _DTYPE_NAMES.get(dtype, str(dtype))
+    if forced is not None:
+        choice = cpu = forced[0]
+        why = f"{choice.upper()}: forced by {forced[1]}"
+        if rule.why == "tiles":
+            why += f" (unforced: {compare}, {'WSB' if rule.wsb else 'CSR'})"
+        elif rule.why == "tf32":
+            why += f" (unforced: CSR, float32 without tf32 allowed; {compare})"
+    else:
+        choice, cpu = ("wsb" if rule.wsb else "csr"), "csr"
+        if rule.why == "dtype":
+            why = f"CSR: {name} has no tensor-core WSB kernel on CUDA"
+        elif rule.why == "empty":
+            why = "CSR: no edges or no features to tile"
+        elif rule.why == "tf32":
+            why = (f"CSR: float32 on WSB runs as tf32 (~1e-3 relative), which is not allowed "
+                   f"(torch.backends.cuda.matmul.fp32_precision "
+                   f"{torch.backends.cuda.matmul.fp32_precision!r}); with tf32 allowed, "
+                   f"{compare} would pick {'WSB' if above else 'CSR'}")
+        else:
+            why = (f"{'WSB' if rule.wsb else 'CSR'}: {compare} for {name} at {features} "
+                   f"features; {_nearest_measurement(stats['edges_per_tile'], dtype)}")
+    if choice == "csr":
+        choice, alg_why = _csr_algorithm(graph, features)
+        why += f". The CSR kernel: {alg_why}"
+    return Plan(backend=choice, cpu_backend=cpu, reason=why + ".", wsb_threshold=threshold,
+                stats=stats, **common)
+
+
+def _count(t) -> int:
+    return 0 if t is None else int(t.size(0))
+
+
+def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
+    p = plan_reduce(graph, dtype, backward=training)
+    split = p.heavy_rows is not None or p.heavy_src is not None
+    stats = graph.stats()
+    deciding = {"max_in_degree": stats["max_in_degree"],
+                "mean_in_degree": stats["mean_in_degree"]}
+    if training:
+        deciding["max_out_degree"] = graph.max_out_degree()
+    why = p.reason
+    if split:
+        why += ("; measured on the H200 (float32 forward): degree-aware 238x node-parallel on "
+                "powerlaw-1M-16M, 1.00x on uniform-1M-16M")
+    return Plan(backend="degree-aware" if split else "node-parallel", cpu_backend="node-parallel",
+                reason=why + ".",
+                light_max_degree=p.light_max_degree if p.heavy_rows is not None else None,
+                chunk=p.edge_chunk if split else None, heavy_rows=_count(p.heavy_rows),
+                heavy_items=_count(p.heavy_items),
+                light_max_out_degree=p.light_max_out_degree if p.heavy_src is not None else None,
+                heavy_sources=_count(p.heavy_src), heavy_source_items=_count(p.heavy_src_items),
+                stats=deciding, **common)
+
+
+def _plan_attention_layer(graph, width, training, common) -> Plan:
+    p = plan_attention(graph, width, backward=training)
+    split = p.heavy_rows is not None or p.heavy_src is not None
+    stats = graph.stats()
+    deciding = {"max_in_degree": stats["max_in_degree"],
+                "mean_in_degree": stats["mean_in_degree"]}
+    if training:
+        deciding["max_out_degree"] = graph.max_out_degree()
+    return Plan(backend="csr-split" if split else "csr", cpu_backend="csr",
+                reason=p.reason + ".",
+                light_max_degree=p.light_max_degree if p.heavy_rows is not None else None,
+                chunk=ATTENTION_CHUNK if split else None, heavy_rows=_count(p.heavy_rows),
+                heavy_items=_count(p.heavy_items),
+                light_max_out_degree=p.light_max_out_degree if p.heavy_src is not None else None,
+                heavy_sources=_count(p.heavy_src), heavy_source_items=_count(p.heavy_src_items),
+                stats=deciding, **common)

@@ -26,7 +26,7 @@ def bench_spmm_wsb(name, x, gout, ei, n, device, dtype, args, rows):
         return gnnio.ops.spmm(graph, x, backend="wsb")
 
     def csr():
-        return gnnio.ops.spmm(graph, x)
+        return gnnio.ops.spmm(graph, x, backend="csr")
 
     fwd, both, mem = bench_module(wsb, gout, [x], device, args)
     ours = wsb()

@@ -1,0 +1,331 @@
+"""The planner's user-facing part: Graph.plan (the choice and its reason for a layer or family)
+and the SpMM backend choice that gnnio.ops.spmm, gcn_propagate and the SpMM layers use by
+default (WSB on CUDA for locally dense graphs, CSR elsewhere and on the CPU), with its
+overrides (backend= argument, GNNIO_SPMM_BACKEND). CPU only: the CUDA choice is computed from
+the same statistics on any device."""
+import pytest
+import torch
+
+import gnnio
+import gnnio.nn
+import gnnio.plan as planner
+from gnnio.datasets import blockdiag, powerlaw
+from graphs import adversarial, hub, random_graph
+
+
+@pytest.fixture
+def blockdiag_graph():
+    return gnnio.Graph(blockdiag(2000, 32_000, seed=0), num_nodes=2000)
+
+
+@pytest.fixture
+def powerlaw_graph():
+    return gnnio.Graph(powerlaw(2000, 32_000, seed=0), num_nodes=2000)
+
+
+@pytest.fixture
+def tf32(monkeypatch):
+    """The planner sees tf32 allowed (torch.set_float32_matmul_precision('high'))."""
+    monkeypatch.setattr(planner, "_tf32_allowed", lambda: True)
+
+
+@pytest.fixture(autouse=True)
+def no_env(monkeypatch):
+    for var in ("GNNIO_SPMM_BACKEND", "GNNIO_SPMM_ALG", "GNNIO_REDUCE", "GNNIO_ATTENTION"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def fields(plan):
+    return {k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in plan._asdict().items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# the choice
+
+def test_wsb_for_blockdiag_csr_for_powerlaw_and_random(blockdiag_graph, powerlaw_graph, tf32):
+    ei, n = random_graph(2000, 32_000, torch.Generator().manual_seed(0))
+    rand = gnnio.Graph(ei, num_nodes=n)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert blockdiag_graph.plan("spmm", dtype=dtype).backend == "wsb"
+        assert powerlaw_graph.plan("spmm", dtype=dtype).backend == "cusparse"
+        assert rand.plan("spmm", dtype=dtype).backend == "cusparse"
+    # The CPU keeps CSR whatever the graph: its WSB kernel is the reference implementation.
+    assert blockdiag_graph.plan("spmm", dtype=torch.bfloat16).cpu_backend == "csr"
+    # float64 has no CUDA WSB kernel.
+    assert blockdiag_graph.plan("spmm", dtype=torch.float64).backend == "cusparse"
+
+
+def test_float32_needs_tf32_allowed(blockdiag_graph):
+    p = blockdiag_graph.plan("spmm")  # PyTorch's default: full-precision float32 matmuls
+    assert p.backend == "cusparse" and "tf32" in p.reason and ">= threshold 64.0" in p.reason
+    assert blockdiag_graph.plan("spmm", dtype=torch.bfloat16).backend == "wsb"
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert planner._tf32_allowed()
+        assert blockdiag_graph.plan("spmm").backend == "wsb"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert not planner._tf32_allowed()
+
+
+def test_threshold_follows_the_measurements_and_the_width():
+    assert planner.wsb_threshold(128, torch.float32) == 64.0
+    assert planner.wsb_threshold(128, torch.bfloat16) == planner.wsb_threshold(128, torch.float16) == 16.0
+    assert planner.wsb_threshold(128, torch.float64) == float("inf")
+    # Narrower features raise it (a tile's 256 values weigh more), wider never lower it.
+    widths = [1, 4, 16, 64, 128, 512]
+    for dtype in (torch.float32, torch.bfloat16):
+        t = [planner.wsb_threshold(w, dtype) for w in widths]
+        assert t == sorted(t, reverse=True) and t[-1] == t[-2]
+    assert planner.wsb_threshold(1, torch.float32) > 256  # one column: never WSB in float32
+    # The rule sits between the measured points (bench/results/nvidia-h200-wsb-*.md): WSB at
+    # 256 edges per tile, CSR at 9.2 and below; 16-bit WSB at 20.5, float32 CSR at 39.4.
+    assert 39.4 < planner.wsb_threshold(128, torch.float32) <= 256
+    assert 9.2 < planner.wsb_threshold(128, torch.bfloat16) <= 20.5
+
+
+def test_plans_are_deterministic(tf32):
+    ei = blockdiag(1000, 16_000, seed=1)
+    h, hn = hub(3000)
+    for edges, n in ((ei, 1000), (h, hn), (powerlaw(1000, 16_000, seed=2), 1000)):
+        a, b = gnnio.Graph(edges, num_nodes=n), gnnio.Graph(edges.clone(), num_nodes=n)
+        for name in planner.PLAN_NAMES:
+            for dtype in (torch.float32, torch.bfloat16):
+                pa, pb = a.plan(name, 64, dtype), b.plan(name, 64, dtype)
+                assert fields(pa) == fields(pb) and str(pa) == str(pb)
+                assert fields(a.plan(name, 64, dtype)) == fields(pa)  # cached statistics: same again
+
+
+def test_reduce_and_attention_report_the_split():
+    ei, n = hub(3000)
+    g = gnnio.Graph(ei, num_nodes=n)
+    r = g.plan("SAGEConv(max)")
+    assert r.family == "reduce" and r.backend == "degree-aware" and r.cpu_backend == "node-parallel"
+    assert r.heavy_rows == 1 and r.light_max_degree == 256 and r.chunk == planner.EDGE_CHUNK
+    max_in = g.stats()["max_in_degree"]
+    assert r.heavy_items == -(-max_in // planner.EDGE_CHUNK) and r.stats["max_in_degree"] == max_in
+    assert f"1 rows above 256 slots (max {max_in}" in r.reason
+    a = g.plan("GATv2Conv", features=64)
+    assert a.family == "attention" and a.backend == "csr-split" and a.heavy_rows == 1
+    assert a.chunk == planner.ATTENTION_CHUNK and a.self_loops
+    t = g.plan("TransformerConv", features=64, training=False)
+    assert not t.self_loops and t.light_max_out_degree is None and "max_out_degree" not in t.stats
+    # A graph without hubs: no split.
+    flat = gnnio.Graph(blockdiag(1000, 16_000), num_nodes=1000)
+    assert flat.plan("GraphConv(max)").backend == "node-parallel"
+    assert flat.plan("GATConv").backend == "csr"
+    assert "max in-degree" in flat.plan("reduce").reason
+    assert "in-degree" in flat.plan("attention").reason
+
+
+def test_reason_names_the_deciding_statistic(blockdiag_graph, powerlaw_graph, tf32):
+    for g in (blockdiag_graph, powerlaw_graph):
+        p = g.plan("spmm", dtype=torch.bfloat16)
+        ept = g.wsb_stats()["edges_per_tile"]
+        assert f"{ept:.1f} edges per 16x16 tile" in p.reason and "threshold 16.0" in p.reason
+        assert "H200" in p.reason and p.stats["edges_per_tile"] == ept
+        assert "fill ratio" in p.reason
+        text = str(p)
+        assert "CUDA: " in text and "CPU:  csr" in text and "why: " in text and "edges_per_tile" in text
+    assert "blockdiag-1M-16M" in blockdiag_graph.plan("spmm").reason
+    assert "powerlaw-1M-16M" in powerlaw_graph.plan("spmm").reason
+
+
+def test_csr_algorithm_follows_the_cuda_policy(powerlaw_graph, monkeypatch):
+    assert powerlaw_graph.plan("spmm").backend == "cusparse"
+    assert powerlaw_graph.plan("spmm", features=1).backend == "rowwarp"  # SpMV
+    monkeypatch.setenv("GNNIO_SPMM_ALG", "rowwarp")
+    assert powerlaw_graph.plan("spmm").backend == "rowwarp"
+    monkeypatch.delenv("GNNIO_SPMM_ALG")
+    torch.use_deterministic_algorithms(True)
+    try:
+        p = powerlaw_graph.plan("spmm")
+        assert p.backend == "rowwarp" and "deterministic" in p.reason
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_gcn_is_planned_with_its_self_loops(blockdiag_graph):
+    p = blockdiag_graph.plan("GCNConv", dtype=torch.bfloat16)
+    loops = blockdiag_graph.with_remaining_self_loops()[0]
+    assert p.self_loops and p.stats["edges_per_tile"] == loops.wsb_stats()["edges_per_tile"]
+    bip = gnnio.Graph(torch.stack([torch.randint(30, (200,)), torch.randint(20, (200,))]), size=(30, 20))
+    assert not bip.plan("GCNConv").self_loops and not bip.plan("GATConv").self_loops
+
+
+# ---------------------------------------------------------------------------------------------
+# names
+
+def test_every_layer_name_is_accepted(blockdiag_graph):
+    expected = {"GCNConv": "spmm", "GraphConv(add)": "spmm", "GraphConv(mean)": "spmm",
+                "GraphConv(max)": "reduce", "GraphConv(min)": "reduce", "SAGEConv(mean)": "spmm",
+                "SAGEConv(max)": "reduce", "SAGEConv(min)": "reduce", "GATConv": "attention",
+                "GATv2Conv": "attention", "TransformerConv": "attention", "spmm": "spmm",
+                "reduce": "reduce", "attention": "attention", "MaxAggregation": "reduce",
+                "MinAggregation": "reduce", "gcn_propagate": "spmm", "spmm(mean)": "spmm",
+                "segment_reduce(max)": "reduce", "segment_reduce(mean)": "spmm",
+                "graph_attention(gatv2)": "attention"}
+    for name, family in expected.items():
+        for spelling in (name, name.lower(), name.upper()):
+            p = blockdiag_graph.plan(spelling, 16)
+            assert p.family == family and p.layer == name, spelling
+    for name in planner.PLAN_NAMES:
+        assert blockdiag_graph.plan(name).layer == name
+    # Defaults of the layers, PyG's keyword spelling, classes and instances.
+    assert blockdiag_graph.plan("GraphConv").layer == "GraphConv(add)"
+    assert blockdiag_graph.plan("SAGEConv").layer == "SAGEConv(mean)"
+    assert blockdiag_graph.plan("SAGEConv(aggr='max')").layer == "SAGEConv(max)"
+    assert blockdiag_graph.plan(gnnio.nn.GCNConv).layer == "GCNConv"
+    assert blockdiag_graph.plan(gnnio.nn.SAGEConv(4, 4, aggr="max")).layer == "SAGEConv(max)"
+    assert blockdiag_graph.plan(gnnio.nn.GraphConv(4, 4, aggr="mean")).family == "spmm"
+    assert blockdiag_graph.plan("GATConv", dtype="bfloat16").dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("layer", ["GINConv", "SAGEConv(sum)", "spmm(max)", "GraphConv(lstm)", "",
+                                   "gat", 42, None])
+def test_bad_names_raise_value_error(blockdiag_graph, layer):
+    with pytest.raises(ValueError, match="unknown layer or family|takes a layer"):
+        blockdiag_graph.plan(layer)
+
+
+def test_bad_arguments_raise_value_error(blockdiag_graph):
+    with pytest.raises(ValueError, match="accepted"):
+        blockdiag_graph.plan("GINConv")
+    with pytest.raises(ValueError, match="dtype"):
+        blockdiag_graph.plan("spmm", dtype=torch.int64)
+    with pytest.raises(ValueError, match="dtype"):
+        blockdiag_graph.plan("spmm", dtype="fp33")
+    with pytest.raises(ValueError, match="features"):
+        blockdiag_graph.plan("spmm", features=-1)
+    with pytest.raises(ValueError, match="backend"):
+        blockdiag_graph.plan("spmm", backend="bsr")
+    with pytest.raises(ValueError, match="SpMM backend"):
+        blockdiag_graph.plan("SAGEConv(max)", backend="wsb")
+
+
+# ---------------------------------------------------------------------------------------------
+# the SpMM path actually taken, and its overrides
+
+def built_wsb(g):
+    return ("wsb", False) in g._values
+
+
+def test_auto_on_the_cpu_is_csr_without_tile_statistics(blockdiag_graph):
+    x = torch.randn(2000, 8)
+    out = gnnio.ops.spmm(blockdiag_graph, x)
+    assert not built_wsb(blockdiag_graph) and "wsb_stats" not in blockdiag_graph._values
+    assert torch.equal(out, gnnio.ops.spmm(blockdiag_graph, x, backend="csr"))
+    assert torch.equal(out, gnnio.ops.spmm(blockdiag_graph, x, backend="auto"))
+
+
+def test_overrides(blockdiag_graph, powerlaw_graph, monkeypatch, tf32):
+    x = torch.randn(2000, 8)
+    wsb = gnnio.ops.spmm(powerlaw_graph, x, backend="wsb")
+    csr = gnnio.ops.spmm(powerlaw_graph, x, backend="csr")
+    monkeypatch.setenv("GNNIO_SPMM_BACKEND", "wsb")
+    assert torch.equal(gnnio.ops.spmm(powerlaw_graph, x), wsb)
+    assert torch.equal(gnnio.ops.spmm(powerlaw_graph, x, backend="csr"), csr)  # the argument wins
+    assert torch.equal(gnnio.ops.spmm(powerlaw_graph, x, backend="auto"), csr)  # CPU auto
+    p = powerlaw_graph.plan("spmm")
+    assert p.backend == p.cpu_backend == "wsb" and "GNNIO_SPMM_BACKEND=wsb" in p.reason
+    assert "unforced: " in p.reason and "CSR" in p.reason
+    assert powerlaw_graph.plan("spmm", backend="auto").backend == "cusparse"
+    monkeypatch.setenv("GNNIO_SPMM_BACKEND", "csr")
+    assert blockdiag_graph.plan("spmm").backend == "cusparse"
+    assert blockdiag_graph.plan("spmm", backend="wsb").backend == "wsb"
+    assert "backend='wsb'" in blockdiag_graph.plan("spmm", backend="wsb").reason
+    monkeypatch.setenv("GNNIO_SPMM_BACKEND", "auto")
+    assert blockdiag_graph.plan("spmm").backend == "wsb"
+    monkeypatch.setenv("GNNIO_SPMM_BACKEND", "tiles")
+    with pytest.raises(ValueError, match="GNNIO_SPMM_BACKEND"):
+        gnnio.ops.spmm(powerlaw_graph, x)
+    with pytest.raises(ValueError, match="GNNIO_SPMM_BACKEND"):
+        powerlaw_graph.plan("spmm")
+    with pytest.raises(ValueError, match="backend"):
+        gnnio.ops.spmm(powerlaw_graph, x, backend="bsr")
+
+
+def test_cuda_rule_is_what_spmm_would_run(blockdiag_graph, powerlaw_graph, monkeypatch, tf32):
+    # The CUDA branch of spmm_backend, with a stand-in for a CUDA tensor.
+    class FakeCuda:
+        is_cuda = True
+
+        def __init__(self, width, dtype):
+            self.width, self.dtype = width, dtype
+
+        def size(self, dim):
+            return self.width
+
+    for g in (blockdiag_graph, powerlaw_graph):
+        for dtype in (torch.float32, torch.bfloat16, torch.float64):
+            for width in (1, 16, 128):
+                plan = g.plan("spmm", width, dtype)
+                got = planner.spmm_backend(g, FakeCuda(width, dtype))
+                assert got == ("wsb" if plan.backend == "wsb" else "csr"), (g, dtype, width)
+    monkeypatch.setattr(planner, "_tf32_allowed", lambda: False)
+    assert planner.spmm_backend(blockdiag_graph, FakeCuda(128, torch.float32)) == "csr"
+    assert planner.spmm_backend(blockdiag_graph, FakeCuda(128, torch.bfloat16)) == "wsb"
+
+
+@pytest.mark.parametrize("layer,kwargs", [("GCNConv", {}), ("GraphConv", {"aggr": "add"}),
+                                          ("GraphConv", {"aggr": "mean"}), ("SAGEConv", {})],
+                         ids=["GCNConv", "GraphConv(add)", "GraphConv(mean)", "SAGEConv(mean)"])
+def test_spmm_layers_take_the_default_path(layer, kwargs, monkeypatch):
+    """GCNConv, GraphConv(add/mean) and SAGEConv(mean) go through the planner's choice: forced to
+    WSB by the variable they run on tiles (the CPU reference) and agree with CSR, gradients
+    included (edge weights too)."""
+    torch.manual_seed(0)
+    ei = blockdiag(300, 3000, seed=4)
+    g = gnnio.Graph(ei, num_nodes=300)
+    x = torch.randn(300, 6, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3000, dtype=torch.float64, requires_grad=True)
+    m = getattr(gnnio.nn, layer)(6, 5, **kwargs).double()
+    args = (x, g, w) if layer in ("GCNConv", "GraphConv") else (x, g)
+    ref = m(*args)
+    ref_grads = torch.autograd.grad(ref.square().sum(), [x] + ([w] if len(args) == 3 else []))
+    assert not built_wsb(g) and not any(built_wsb(v[0]) for k, v in g._values.items()
+                                          if isinstance(k, tuple) and k[0] == "self_loops")
+    monkeypatch.setenv("GNNIO_SPMM_BACKEND", "wsb")
+    out = m(*args)
+    grads = torch.autograd.grad(out.square().sum(), [x] + ([w] if len(args) == 3 else []))
+    tiled = g.with_remaining_self_loops()[0] if layer == "GCNConv" else g
+    assert built_wsb(tiled)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_gcn_propagate_wsb_caches_its_tiles():
+    ei = blockdiag(100, 1000, seed=5)
+    g = gnnio.Graph(ei, num_nodes=100)
+    x = torch.randn(100, 4, dtype=torch.float64)
+    a = gnnio.ops.gcn_propagate(g, x, backend="wsb")
+    torch.testing.assert_close(a, gnnio.ops.gcn_propagate(g, x, backend="csr"), rtol=1e-12, atol=1e-12)
+    keys = [k for k in g._values if isinstance(k, tuple) and k[0] == "gcn_wsb"]
+    assert len(keys) == 1  # forward only: no transposed tiles
+    assert torch.equal(a, gnnio.ops.gcn_propagate(g, x, backend="wsb"))
+    with pytest.raises(ValueError, match="backend"):
+        gnnio.ops.gcn_propagate(g, x, backend="bsr")
+
+
+# ---------------------------------------------------------------------------------------------
+# the statistics
+
+def stats_from_structure(g):
+    w = g.wsb()
+    tiles = w.block_col.numel()
+    return tiles, int(torch.unique(w.pos).numel())
+
+
+@pytest.mark.parametrize("case", adversarial() + [("bipartite", torch.stack(
+    [torch.randint(13, (200,)), torch.randint(40, (200,))]), (13, 40)),
+    ("blockdiag", blockdiag(500, 8000, seed=6), 500)], ids=lambda c: c[0])
+def test_tile_statistics_need_no_structure_and_match_it(case):
+    _, ei, n = case
+    g = gnnio.Graph(ei, size=n) if isinstance(n, tuple) else gnnio.Graph(ei, num_nodes=n)
+    s = g.wsb_stats()
+    assert not built_wsb(g)
+    tiles, nonzeros = stats_from_structure(g)
+    assert (s["num_tiles"], s["nonzeros"], s["stored_entries"]) == (tiles, nonzeros, 256 * tiles)
+    assert s["edges_per_tile"] == (g.num_edges / tiles if tiles else 0.0)
