@@ -329,3 +329,18 @@ def test_tile_statistics_need_no_structure_and_match_it(case):
     tiles, nonzeros = stats_from_structure(g)
     assert (s["num_tiles"], s["nonzeros"], s["stored_entries"]) == (tiles, nonzeros, 256 * tiles)
     assert s["edges_per_tile"] == (g.num_edges / tiles if tiles else 0.0)
+
+
+def test_the_cuda_rule_traces_under_torch_compile(blockdiag_graph):
+    """The CUDA branch (tile statistics, tf32 setting) runs inside compiled models: with the
+    Graph's caches filled, dynamo traces it without a graph break."""
+    torch._dynamo.reset()
+    blockdiag_graph.wsb_stats()
+
+    def f(x):
+        wsb16 = planner._spmm_rule(blockdiag_graph, x.size(1), torch.bfloat16).wsb
+        wsb32 = planner._spmm_rule(blockdiag_graph, x.size(1), torch.float32).wsb
+        return x * (2 * wsb16 + wsb32)
+
+    x = torch.ones(3, 8)
+    assert torch.equal(torch.compile(f, fullgraph=True, backend="eager")(x), f(x)) and f(x)[0, 0] == 2
