@@ -1,0 +1,139 @@
+"""Markdown tables of the study results (``python -m gnnio.bench.study``); ``python -m
+gnnio.bench.study_report FILE.json...`` (re)writes the .md beside each results file."""
+import json
+import os
+
+from gnnio.bench import __main__ as bench
+
+
+def write(result, stem):
+    """``stem``.json (the results) and ``stem``.md (the tables)."""
+    bench._save_json(result, stem + ".json")
+    with open(stem + ".md", "w") as f:
+        f.write(markdown(result))
+
+
+def markdown(result):
+    return (reorder_markdown if result["study"] == "reorder" else planner_markdown)(result)
+
+
+def _ms(v):
+    return "—" if v is None else f"{v:.3f}"
+
+
+def _head(result, title, what):
+    lines = [f"# {title} — {result['card']}", "",
+             f"torch {result['torch']}, PyG {result['pyg']}, gnnio {result['gnnio']} (commit "
+             f"{result['commit'][:10]}), {result['date']}; copy rate {result['copy_tbps']:.3f} TB/s; "
+             f"F = {result['features']} ({result['attention']}); median of {result['repeat']} "
+             f"samples after {result['warmup']} warm-up calls, times in ms. {what}"]
+    if result.get("env"):
+        lines.append(f"Environment: {', '.join(f'{k}={v}' for k, v in result['env'].items())}.")
+    if result.get("stopped"):
+        lines.append(f"**Stopped:** {result['stopped']}.")
+    for s in result.get("skipped", []):
+        lines.append(f"- skipped {s['graph']} {s['order']}: {s['why']}")
+    return lines + [""]
+
+
+def reorder_markdown(result):
+    lines = _head(result, "Reordering study", (
+        "Each kernel runs on the graph relabelled by the order, on inputs permuted the same way "
+        "(float32). Speedup = time in the original order / time in the new one (above 1: the "
+        "order helps). Order cost: wall clock of computing the order (gnnio.reorder, CPU) on "
+        "the host named; relabel: renaming the edges and building both CSRs on the device. "
+        "`segment_reduce(max) light/heavy part`: the op on the edges into light (node-parallel) "
+        "or heavy (split) destinations only, standing for the two parts of the degree-aware op."))
+    hosts = {}
+    for o in result.get("orders", []):
+        if o["order_host"]:
+            hosts.setdefault(o["order_host"], chr(ord("A") + len(hosts)))
+    lines += ["## Graphs and orders", "",
+              "| graph | nodes | edges | mean in-degree | max in-degree | order | cost s | host "
+              "| relabel ms | bandwidth | edges within 1024 ids | edges / 16x16 tile |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for o in result.get("orders", []):
+        g = result["graphs"].get(o["graph"], {})
+        first = o["order"] == "none"
+        lines.append(
+            f"| {o['graph']} | {g.get('num_nodes', 0):,} | {g.get('num_edges', 0):,} | "
+            f"{g.get('mean_in_degree', 0):.1f} | {g.get('max_in_degree', 0):,} | " if first else "| | | | | | ")
+        lines[-1] += (f"{o['order']} | {o['order_cost_s']:.3f} | {hosts.get(o['order_host'], '—')} | "
+                      f"{o['relabel_ms']:.1f} | {o['bandwidth']:,} | {o['near_edges']:.1%} | "
+                      f"{o['edges_per_tile']:.2f} |")
+    if hosts:
+        lines += [""] + [f"Host {k}: {h}" + ("  " if i < len(hosts) - 1 else "")
+                         for i, (h, k) in enumerate(hosts.items())]
+    orders = list(dict.fromkeys(o["order"] for o in result.get("orders", [])))
+    lines += ["", "## Kernel times, ms (speedup over the original order)", "",
+              "| graph | kernel | pass | " + " | ".join(orders) + " |",
+              "|---|---|---|" + "---|" * len(orders)]
+    cells = {}
+    for r in result["rows"]:
+        cells.setdefault((r["graph"], r["layer"]), {})[r["order"]] = r
+    for (graph, layer), by_order in cells.items():
+        for key, label, speed in (("fwd_ms", "fwd", "speedup_fwd"),
+                                  ("fwd_bwd_ms", "fwd+bwd", "speedup_fwd_bwd")):
+            out = []
+            for order in orders:
+                r = by_order.get(order)
+                if r is None or r.get(key) is None:
+                    out.append("error" if r is not None and r.get("error") else "—")
+                else:
+                    sp = r.get(speed)
+                    out.append(_ms(r[key]) + ("" if order == "none" or sp is None
+                                              else f" ({sp:.2f}x)"))
+            lines.append(f"| {graph} | {layer} | {label} | " + " | ".join(out) + " |")
+    for r in result["rows"]:
+        if r.get("error"):
+            lines.append(f"\n{r['graph']} {r['layer']} {r['order']}: {r['error']}")
+    return "\n".join(lines) + "\n"
+
+
+def planner_markdown(result):
+    lines = _head(result, "Planner study", (
+        "Each fixed backend and the planner's automatic choice (its own call path) on the same "
+        "graph and inputs; ratio = planner / fastest fixed backend of that pass, from the "
+        "measured times (above 1: the planner is slower; the planner running the same kernel "
+        "as a fixed backend shows the run-to-run noise). A backend marked * is shown but not "
+        "counted (see the notes)."))
+    lines += ["| graph | family | dtype | pass | fixed backends | fastest | planner pick | planner "
+              "| planner / fastest | within 10% |", "|---|---|---|---|---|---|---|---|---|---|"]
+    total, misses, notes = 0, [], {}
+    for r in result["rows"]:
+        for key, label, suffix in (("fwd_ms", "fwd", "fwd"), ("fwd_bwd_ms", "fwd+bwd", "fwd_bwd")):
+            fixed = ", ".join(f"{b}{'*' if b in r['excluded'] else ''} {_ms(m.get(key))}"
+                              for b, m in r["backends"].items())
+            ratio, ok = r.get(f"ratio_{suffix}"), r.get(f"within_10pct_{suffix}")
+            if ok is not None:
+                total += 1
+                if not ok:
+                    misses.append(f"{r['graph']} {r['family']} {r['dtype']} {label} ({ratio:.2f}x)")
+            lines.append(
+                f"| {r['graph']} | {r['family']} | {r['dtype']} | {label} | {fixed} | "
+                f"{r.get(f'fastest_{suffix}') or '—'} | {r['planner_pick']} | {_ms(r.get(key))} | "
+                f"{'—' if ratio is None else f'{ratio:.2f}x'} | "
+                f"{'—' if ok is None else ('yes' if ok else '**no**')} |")
+        for b, why in r["excluded"].items():
+            notes.setdefault(f"{b}* ({r['family']}, {r['dtype']})", {})[why] = None
+        if r.get("note"):
+            notes.setdefault(r["note"], {})[f"{r['graph']} {r['family']}"] = None
+        for b, m in [*r["backends"].items(), ("planner", r)]:
+            if m.get("error"):
+                notes.setdefault(f"{r['graph']} {r['family']} {r['dtype']} {b}", {})[m["error"]] = None
+    lines += ["", f"**{total - len(misses)} of {total}** (graph, family, dtype, pass) within 10% "
+              "of the fastest fixed backend."
+              + (" Not within: " + "; ".join(misses) + "." if misses else "")]
+    if notes:
+        lines += ["", "Notes:"] + [f"- {k}: {'; '.join(v)}" for k, v in notes.items()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            res = json.load(f)
+        with open(os.path.splitext(path)[0] + ".md", "w") as f:
+            f.write(markdown(res))

@@ -1,0 +1,204 @@
+"""``python -m gnnio.bench.study`` (issue 5's reordering and planner studies) on the CPU at small
+sizes: the results files' schema and rows, the permutation files (save, load, refusal of a file
+made for another graph or holding no permutation), and the time limit. No timing is asserted."""
+import json
+import math
+import os
+import shutil
+
+import pytest
+import torch
+
+import gnnio
+import gnnio.reorder
+from gnnio.bench import perms, study, study_planner
+from gnnio.bench.study_planner import verdict
+
+pytest.importorskip("scipy")
+
+HAVE_METIS = True
+try:
+    gnnio.reorder.check_available("metis")
+except ImportError:
+    HAVE_METIS = False
+SAVED = ["rcm"] + (["metis"] if HAVE_METIS else [])
+ORDERS = ["none", "degree"] + SAVED
+# cora has no heavy rows; the small power-law graph has a super node (light/heavy parts).
+GRAPHS = "cora,powerlaw-3K-30K"
+FAST = ["--device", "cpu", "--warmup", "0", "--repeat", "1", "--features", "16"]
+HEADER = {"card", "torch", "pyg", "gnnio", "date", "commit", "copy_tbps", "study", "features",
+          "rows", "graphs", "skipped", "stopped"}
+ROW_KEYS = {"graph", "layer", "impl", "dtype", "fwd_ms", "fwd_bwd_ms", "peak_extra_gib"}
+PICKS = {"spmm": {"csr", "wsb"}, "reduce": {"degree-aware", "node-parallel"},
+         "attention": {"csr-split", "csr"}}
+
+
+def positive(v):
+    return v is not None and math.isfinite(v) and v > 0
+
+
+@pytest.fixture(scope="module")
+def perm_dir(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("perms"))
+    study.main(["--save-perms", folder, "--graphs", GRAPHS, "--orders", ",".join(SAVED)])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, perm_dir):
+    prefix = str(tmp_path_factory.mktemp("study") / "cpu")
+    study.main(["--graphs", GRAPHS, *FAST, "--perms", perm_dir, "--out", prefix])
+    out = {}
+    for name, suffix in study.SUFFIX.items():
+        with open(f"{prefix}-{suffix}.json") as f:
+            out[name] = json.load(f)
+        with open(f"{prefix}-{suffix}.md") as f:
+            out[name + ".md"] = f.read()
+    return out
+
+
+def test_reorder_study_rows(results, perm_dir):
+    res = results["reorder"]
+    assert HEADER <= set(res) and res["study"] == "reorder" and res["stopped"] is None
+    assert res["skipped"] == []
+    assert set(res["graphs"]) == {"cora", "powerlaw-3K-30K"}
+    rows = res["rows"]
+    assert all(ROW_KEYS <= set(r) for r in rows)
+    assert all("error" not in r for r in rows), [r["error"] for r in rows if "error" in r]
+    for graph in ("cora", "powerlaw-3K-30K"):
+        kernels = ["spmm", "reduce", "attention"]
+        if graph != "cora":  # the super node: the planner splits, so the parts are measured
+            kernels += ["reduce-light", "reduce-heavy"]
+        for order in ORDERS:
+            got = {r["kernel"] for r in rows if r["graph"] == graph and r["order"] == order}
+            assert got == set(kernels), (graph, order)
+    for r in rows:
+        assert positive(r["fwd_ms"]) and positive(r["fwd_bwd_ms"]) and r["dtype"] == "float32"
+        if r["order"] == "none":
+            assert r["order_cost_s"] == 0.0 and "speedup_fwd" not in r
+        else:
+            assert positive(r["speedup_fwd"]) and positive(r["speedup_fwd_bwd"])
+            assert r["order_cost_s"] >= 0 and r["order_host"]
+        if r["order"] in SAVED:  # read from the files, cost from the host that computed them
+            assert r["order_source"] == perms.file_path(perm_dir, r["graph"], r["order"])
+        elif r["order"] == "degree":
+            assert r["order_source"] == "computed here"
+    orders = {(o["graph"], o["order"]): o for o in res["orders"]}
+    assert set(orders) == {(g, o) for g in ("cora", "powerlaw-3K-30K") for o in ORDERS}
+    # RCM shrinks the bandwidth of cora
+    assert orders["cora", "rcm"]["bandwidth"] < orders["cora", "none"]["bandwidth"]
+    md = results["reorder.md"]
+    assert "| graph | kernel | pass | " + " | ".join(ORDERS) + " |" in md
+    assert "| cora | gcn_propagate | fwd |" in md and "segment_reduce(max) heavy part" in md
+
+
+def test_planner_study_rows(results):
+    res = results["planner"]
+    assert HEADER <= set(res) and res["study"] == "planner" and res["stopped"] is None
+    rows = res["rows"]
+    assert {(r["graph"], r["family"], r["dtype"]) for r in rows} == {
+        (g, f, "float32") for g in ("cora", "powerlaw-3K-30K") for f in PICKS}
+    for r in rows:
+        assert ROW_KEYS <= set(r) and "error" not in r
+        assert set(r["backends"]) == PICKS[r["family"]] and r["planner_pick"] in PICKS[r["family"]]
+        assert r["excluded"] == {}  # the CPU has no tf32
+        assert r["plan_reason"]
+        for key, suffix in (("fwd_ms", "fwd"), ("fwd_bwd_ms", "fwd_bwd")):
+            times = {b: m[key] for b, m in r["backends"].items()}
+            assert all(positive(t) for t in times.values()) and positive(r[key])
+            best = min(times, key=times.get)
+            assert r[f"fastest_{suffix}"] == best
+            assert r[f"ratio_{suffix}"] == pytest.approx(r[key] / times[best])
+            assert r[f"within_10pct_{suffix}"] == (r[f"ratio_{suffix}"] <= 1.10)
+        if r["family"] == "spmm":
+            assert r["planner_pick"] == "csr"  # the CPU keeps CSR
+    md = results["planner.md"]
+    assert "| graph | family | dtype | pass | fixed backends |" in md
+    assert f"of {2 * len(rows)}** (graph, family, dtype, pass) within 10%" in md
+
+
+def test_verdict_leaves_out_excluded_backends():
+    row = verdict(dict(fwd_ms=1.05, fwd_bwd_ms=3.0, excluded={"wsb": "tf32"},
+                       backends={"csr": dict(fwd_ms=1.0, fwd_bwd_ms=2.0),
+                                 "wsb": dict(fwd_ms=0.5, fwd_bwd_ms=None)}))
+    assert row["fastest_fwd"] == "csr" and row["ratio_fwd"] == pytest.approx(1.05)
+    assert row["within_10pct_fwd"] is True
+    assert row["ratio_fwd_bwd"] == pytest.approx(1.5) and row["within_10pct_fwd_bwd"] is False
+
+
+def test_saved_permutations_round_trip(perm_dir):
+    data = gnnio.datasets.load("cora")
+    fp = perms.fingerprint(data.edge_index, data.num_nodes)
+    for order in SAVED:
+        saved = torch.load(perms.file_path(perm_dir, "cora", order), weights_only=True)
+        assert saved["perm"].dtype == torch.int32 and saved["fingerprint"] == fp
+        assert saved["cost_s"] >= 0 and saved["host"]
+        loaded, why = perms.load(perm_dir, "cora", order, fp)
+        assert why is None and loaded.perm.dtype == torch.int64
+        assert perms.is_permutation(loaded.perm, data.num_nodes)
+        graph = gnnio.Graph(data.edge_index, num_nodes=data.num_nodes)
+        assert torch.equal(loaded.perm, gnnio.reorder.permutation(graph, order).perm)
+    # --save-perms keeps valid files (same content, not recomputed)
+    before = os.path.getmtime(perms.file_path(perm_dir, "cora", "rcm"))
+    study.main(["--save-perms", perm_dir, "--graphs", "cora", "--orders", "rcm"])
+    assert os.path.getmtime(perms.file_path(perm_dir, "cora", "rcm")) == before
+
+
+def test_refuses_a_file_for_another_graph_or_not_a_permutation(tmp_path, perm_dir):
+    data = gnnio.datasets.load("cora")
+    fp = perms.fingerprint(data.edge_index, data.num_nodes)
+    # one edge less: same node count, another graph
+    other = perms.fingerprint(data.edge_index[:, 1:], data.num_nodes)
+    assert other["sha256"] != fp["sha256"]
+    found, why = perms.load(perm_dir, "cora", "rcm", other)
+    assert found is None and "computed for another graph" in why and "sha256" in why
+    found, why = perms.load(str(tmp_path), "cora", "rcm", fp)
+    assert found is None and why.startswith("no file")
+    # a file whose perm repeats a node
+    bad = torch.load(perms.file_path(perm_dir, "cora", "rcm"), weights_only=True)
+    bad["perm"][1] = bad["perm"][0]
+    torch.save(bad, perms.file_path(str(tmp_path), "cora", "rcm"))
+    found, why = perms.load(str(tmp_path), "cora", "rcm", fp)
+    assert found is None and "not a permutation" in why
+    assert not perms.is_permutation(torch.tensor([0, 2]), 2)
+    assert perms.is_permutation(torch.tensor([1, 0], dtype=torch.int32), 2)
+    # In the study: a citeseer order saved under cora's name is refused and that order skipped
+    # (nothing computed in its place: --compute-orders is empty).
+    shutil.copy(perms.file_path(perm_dir, "cora", "rcm"), tmp_path / "x.pt")
+    folder = tmp_path / "mixed"
+    study.main(["--save-perms", str(folder), "--graphs", "citeseer", "--orders", "rcm"])
+    os.replace(perms.file_path(str(folder), "citeseer", "rcm"), perms.file_path(str(folder), "cora", "rcm"))
+    res = study.main(["--study", "reorder", "--graphs", "cora", *FAST, "--orders", "rcm",
+                      "--kernels", "spmm", "--perms", str(folder), "--compute-orders", ""])
+    res = res["reorder"]
+    assert {r["order"] for r in res["rows"]} == {"none"}
+    assert len(res["skipped"]) == 1 and res["skipped"][0]["order"] == "rcm"
+    assert "computed for another graph" in res["skipped"][0]["why"]
+
+
+def test_time_limit_stops_before_the_next_graph(tmp_path, monkeypatch):
+    prefix = str(tmp_path / "cut")
+    real = study_planner.run_graph
+
+    def run_then_expire(data, fp, args, result, save, clock):  # the limit passes during cora
+        real(data, fp, args, result, save, clock)
+        clock.start -= 1000
+
+    monkeypatch.setattr(study_planner, "run_graph", run_then_expire)
+    study.main(["--study", "planner", "--graphs", "cora,citeseer", *FAST, "--families", "spmm",
+                "--time-limit", "10", "--out", prefix])
+    with open(prefix + "-planner.json") as f:
+        res = json.load(f)
+    assert {r["graph"] for r in res["rows"]} == {"cora"}
+    assert res["stopped"] and "before planner study of graph citeseer" in res["stopped"]
+    with open(prefix + "-planner.md") as f:
+        assert "**Stopped:**" in f.read()
+
+
+@pytest.mark.parametrize("bad", [["--orders", "random"], ["--kernels", "gemm"],
+                                 ["--dtypes", "bfloat16"], ["--graphs", "no-such-graph"]])
+def test_bad_arguments_exit_with_a_message(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        study.parse_args(["--device", "cpu", *bad])
+    assert e.value.code == 2
+    assert "error" in capsys.readouterr().err
