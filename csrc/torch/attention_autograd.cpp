@@ -1,5 +1,6 @@
-// Autograd of gnnio::graph_attention: the forward saves only its inputs, out and the softmax
-// stats (O(N x H x C) and O(N x H)); graph_attention_backward recomputes the weights from them.
+// Autograd of gnnio::graph_attention: the forward saves only its inputs, out (float32 out_acc for
+// bf16/fp16 values) and the softmax stats (O(N x H x C) and O(N x H));
+// graph_attention_backward recomputes the weights from them.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
@@ -14,14 +15,14 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr int kValueArg = 3;     // schema position of value; the 8 operands follow it
-constexpr int kNumArgs = 27;
+constexpr int kNumArgs = 28;
 
-using ForwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+using ForwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, int64_t, double, double, double, int64_t, bool,
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
-    int64_t, const OptTensor&, const OptTensor&, int64_t);
+    int64_t, const OptTensor&, const OptTensor&, int64_t, bool);
 using BackwardSig = std::vector<at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const c10::List<OptTensor>&,
     int64_t, at::ArrayRef<double>, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
@@ -41,35 +42,45 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       double negative_slope, double scale, double dropout, int64_t seed, bool need_weights,
       const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
       const OptTensor& heavy_rows, const OptTensor& heavy_items, int64_t light_max_degree,
-      const OptTensor& heavy_src, const OptTensor& heavy_src_items, int64_t light_max_out_degree) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    static auto op = c10::Dispatcher::singleton()
-                         .findSchemaOrThrow("gnnio::graph_attention", "")
-                         .typed<ForwardSig>();
-    auto [out, stats, weights] =
-        op.call(rowptr, col, kind, value, src_score, dst_score, edge_score, query, key, edge_key,
-                att, edge_value, num_dst, negative_slope, scale, dropout, seed, need_weights,
-                rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree, heavy_src,
-                heavy_src_items, light_max_out_degree);
-    ctx->mark_non_differentiable({stats, weights});
-    ctx->save_for_backward({rowptr, col, value, plain(src_score), plain(dst_score),
-                            plain(edge_score), plain(query), plain(key), plain(edge_key),
-                            plain(att), plain(edge_value), rowptr_t, col_t, t2c, plain(heavy_rows),
-                            plain(heavy_items), plain(heavy_src), plain(heavy_src_items), out,
-                            stats});
-    ctx->saved_data["kind"] = kind;
-    ctx->saved_data["num_dst"] = num_dst;
-    ctx->saved_data["coeffs"] = std::vector<double>{negative_slope, scale, dropout};
-    ctx->saved_data["seed"] = seed;
-    ctx->saved_data["light_max"] = std::vector<int64_t>{light_max_degree, light_max_out_degree};
+      const OptTensor& heavy_src, const OptTensor& heavy_src_items, int64_t light_max_out_degree,
+      bool save_out_acc) {
     // Which gradients to compute, from the inputs themselves (needs_input_grad counts only
     // tensor arguments, which would make the indices depend on the schema's scalar positions).
     std::vector<int64_t> needs{value.requires_grad()};
     for (const OptTensor* t : {&src_score, &dst_score, &edge_score, &query, &key, &edge_key, &att,
                                &edge_value})
       needs.push_back(t->has_value() && (*t)->requires_grad());
+    // key is value (GATv2's x_l): one gradient, written by the kernel into value's slot, and
+    // none for key's (autograd sums a tensor's gradients over the argument slots it fills).
+    constexpr int kKeyNeed = 5;
+    if (needs[0] && needs[kKeyNeed] && key.has_value() && key->is_same(value)) needs[kKeyNeed] = 2;
+    bool any = false;
+    for (int64_t n : needs) any |= n != 0;
+    const bool keep_acc = any && low_precision(value);
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("gnnio::graph_attention", "")
+                         .typed<ForwardSig>();
+    // For bf16/fp16 values the backward forms D_i from the unrounded out (params.h), which the
+    // forward then keeps (float32) in place of the rounded one, whatever the caller asked.
+    auto [out, stats, weights, out_acc] =
+        op.call(rowptr, col, kind, value, src_score, dst_score, edge_score, query, key, edge_key,
+                att, edge_value, num_dst, negative_slope, scale, dropout, seed, need_weights,
+                rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree, heavy_src,
+                heavy_src_items, light_max_out_degree, save_out_acc || keep_acc);
+    ctx->mark_non_differentiable({stats, weights, out_acc});
+    ctx->save_for_backward({rowptr, col, value, plain(src_score), plain(dst_score),
+                            plain(edge_score), plain(query), plain(key), plain(edge_key),
+                            plain(att), plain(edge_value), rowptr_t, col_t, t2c, plain(heavy_rows),
+                            plain(heavy_items), plain(heavy_src), plain(heavy_src_items),
+                            keep_acc ? out_acc : out, stats});
+    ctx->saved_data["kind"] = kind;
+    ctx->saved_data["num_dst"] = num_dst;
+    ctx->saved_data["coeffs"] = std::vector<double>{negative_slope, scale, dropout};
+    ctx->saved_data["seed"] = seed;
+    ctx->saved_data["light_max"] = std::vector<int64_t>{light_max_degree, light_max_out_degree};
     ctx->saved_data["needs"] = needs;
-    return {out, stats, weights};
+    return {out, stats, weights, out_acc};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -96,12 +107,12 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
                      s[11], s[12], s[13], splits, ctx->saved_data["light_max"].toIntVector(),
                      s[18], s[19], grads[0].contiguous(), needs);
     for (int i = 0; i < 9; ++i)
-      if (needs[i]) result[kValueArg + i] = g[i];
+      if (needs[i] == 1) result[kValueArg + i] = g[i];
     return result;
   }
 };
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> graph_attention_autograd(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_autograd(
     const at::Tensor& rowptr, const at::Tensor& col, int64_t kind, const at::Tensor& value,
     const OptTensor& src_score, const OptTensor& dst_score, const OptTensor& edge_score,
     const OptTensor& query, const OptTensor& key, const OptTensor& edge_key, const OptTensor& att,
@@ -109,12 +120,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> graph_attention_autograd(
     double dropout, int64_t seed, bool need_weights, const at::Tensor& rowptr_t,
     const at::Tensor& col_t, const at::Tensor& t2c, const OptTensor& heavy_rows,
     const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
-    const OptTensor& heavy_src_items, int64_t light_max_out_degree) {
+    const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc) {
   auto outs = GraphAttentionFunction::apply(
       rowptr, col, kind, value, src_score, dst_score, edge_score, query, key, edge_key, att,
       edge_value, num_dst, negative_slope, scale, dropout, seed, need_weights, rowptr_t, col_t, t2c,
-      heavy_rows, heavy_items, light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
-  return {outs[0], outs[1], outs[2]};
+      heavy_rows, heavy_items, light_max_degree, heavy_src, heavy_src_items, light_max_out_degree,
+      save_out_acc);
+  return {outs[0], outs[1], outs[2], outs[3]};
 }
 
 }  // namespace

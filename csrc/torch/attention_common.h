@@ -101,18 +101,26 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
   return p;
 }
 
-// Forward outputs: out [num_dst, H, C] (value's dtype), stats [num_dst, H, 2] and, when asked
-// for, weights [nnz, H] (accumulator dtype; else an empty tensor).
-inline std::array<at::Tensor, 3> attention_outputs(AttentionParams& p, const at::Tensor& value,
-                                                   bool need_weights) {
+inline bool low_precision(const at::Tensor& t) {
+  return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+}
+
+// Forward outputs: out [num_dst, H, C] (value's dtype), stats [num_dst, H, 2], when asked for
+// weights [nnz, H] (accumulator dtype), and with save_out_acc and bf16/fp16 values out_acc
+// [num_dst, H, C] float32, out before rounding (for the backward's D); empty tensors otherwise.
+inline std::array<at::Tensor, 4> attention_outputs(AttentionParams& p, const at::Tensor& value,
+                                                   bool need_weights, bool save_out_acc) {
   const auto acc = value.options().dtype(accumulator_dtype(value));
   auto out = at::empty({p.num_dst, p.heads, p.channels}, value.options());
   auto stats = at::empty({p.num_dst, p.heads, 2}, acc);
   auto weights = at::empty({need_weights ? p.nnz : 0, p.heads}, acc);
+  const bool keep_acc = save_out_acc && low_precision(value);
+  auto out_acc = keep_acc ? at::empty({p.num_dst, p.heads, p.channels}, acc) : at::empty({0}, acc);
   p.out = out.data_ptr();
   p.stats = stats.data_ptr();
   p.weights = need_weights ? weights.data_ptr() : nullptr;
-  return {out, stats, weights};
+  p.out_acc = keep_acc ? out_acc.data_ptr() : nullptr;
+  return {out, stats, weights, out_acc};
 }
 
 // Backward params and the gradient tensors (the nine of AttentionInputs' operands plus value,
@@ -135,6 +143,11 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
   TORCH_CHECK_VALUE(grad_out.sizes() == out.sizes() && grad_out.is_contiguous() && out.is_contiguous() &&
                         out.sizes() == at::IntArrayRef({b.fwd.num_dst, b.fwd.heads, b.fwd.channels}),
                     "graph_attention backward: grad_out and out must be contiguous [num_dst, H, C]");
+  // out is the forward's out, or its float32 out_acc when the values are bf16/fp16.
+  const bool out_is_acc = low_precision(v) && out.scalar_type() == at::kFloat;
+  TORCH_CHECK_VALUE(out.scalar_type() == v.scalar_type() || out_is_acc,
+                    "graph_attention backward: out must have value's dtype (or be the float32 "
+                    "out_acc of bf16/fp16 values)");
   TORCH_CHECK_VALUE(stats.is_contiguous() && stats.scalar_type() == accumulator_dtype(v) &&
                         stats.sizes() == at::IntArrayRef({b.fwd.num_dst, b.fwd.heads, 2}),
                     "graph_attention backward: stats must be the forward's [num_dst, H, 2]");
@@ -142,7 +155,7 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
   TORCH_CHECK_VALUE(in.col_t.numel() == b.fwd.nnz && in.t2c.numel() == b.fwd.nnz &&
                         in.t2c.scalar_type() == in.col_t.scalar_type() && in.t2c.is_contiguous(),
                     "graph_attention backward needs the transposed CSR (rowptr_t, col_t) and t2c");
-  b.fwd.out = const_cast<void*>(out.data_ptr());
+  (out_is_acc ? b.fwd.out_acc : b.fwd.out) = const_cast<void*>(out.data_ptr());
   b.fwd.stats = const_cast<void*>(stats.data_ptr());
   b.grad_out = grad_out.data_ptr();
   b.rowptr_t = in.rowptr_t.data_ptr();
@@ -156,12 +169,28 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
   };
   g.value = alloc(needs[0], v);
   b.grad_value = needs[0] ? g.value.data_ptr() : nullptr;
+  // needs[1 + kKey] == 2: key is value, its gradient goes into value's (params.h).
+  b.key_grad_into_value = needs[1 + kKey] == 2;
+  if (b.key_grad_into_value) {
+    const auto& key = in.operands[kKey];
+    TORCH_CHECK_VALUE(needs[0] && key.has_value() && key->data_ptr() == v.data_ptr() &&
+                          key->sizes() == v.sizes() && key->strides() == v.strides(),
+                      "graph_attention backward: needs[key] == 2 (into value's gradient) needs "
+                      "key to be value and value's gradient");
+  }
   void** slots[8] = {&b.grad_src_score, &b.grad_dst_score, &b.grad_edge_score, &b.grad_query,
                      &b.grad_key, &b.grad_edge_key, &b.grad_att_partial, &b.grad_edge_value};
   for (int i = 0; i < 8; ++i) {
-    const bool need = needs[i + 1] && in.operands[i].has_value();
+    const bool need = needs[i + 1] && in.operands[i].has_value() && !(i == kKey && b.key_grad_into_value);
     if (i == kAtt) {
-      g.att_partial = need ? at::empty({b.fwd.num_dst, b.fwd.heads, b.fwd.channels}, acc)
+      int64_t rows = b.fwd.num_dst;  // per-destination shares, or per-block sums on CUDA
+#ifdef GNNIO_WITH_CUDA
+      if (need && v.is_cuda()) {
+        b.att_blocks = attention_backward_cuda_att_blocks(b);
+        if (b.att_blocks > 0) rows = b.att_blocks + b.fwd.split.num_heavy;
+      }
+#endif
+      g.att_partial = need ? at::empty({rows, b.fwd.heads, b.fwd.channels}, acc)
                            : at::empty({0}, acc);
       *slots[i] = need ? g.att_partial.data_ptr() : nullptr;
       continue;

@@ -96,7 +96,9 @@ TORCH_LIBRARY(gnnio, m) {
         "int light_max_out_degree=4611686018427387904) -> Tensor");
   // Fused graph attention over csr_by_dst (online softmax; gnnio/attention/params.h): kind
   // 0 = GAT, 1 = GATv2, 2 = dot product (Transformer). out [num_dst, H, C], stats [num_dst, H, 2]
-  // = (max, sum) of each softmax, weights [E, H] in slot order when need_weights (else empty).
+  // = (max, sum) of each softmax, weights [E, H] in slot order when need_weights (else empty),
+  // out_acc [num_dst, H, C] float32 = out before rounding when save_out_acc and the values are
+  // bf16/fp16 (else empty; the autograd asks for it to form the backward's D_i unrounded).
   // (rowptr_t, col_t, t2c) is the transpose, read only by the backward pass; the heavy_* and
   // light_max_* arguments are the planner's super-node split (CUDA; gnnio.plan.plan_attention).
   m.def("graph_attention(Tensor rowptr, Tensor col, int kind, Tensor value, Tensor? src_score, "
@@ -105,11 +107,14 @@ TORCH_LIBRARY(gnnio, m) {
         "float dropout, int seed, bool need_weights, Tensor rowptr_t, Tensor col_t, Tensor t2c, "
         "Tensor? heavy_rows=None, Tensor? heavy_items=None, int light_max_degree=4611686018427387904, "
         "Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
-        "int light_max_out_degree=4611686018427387904) -> (Tensor out, Tensor stats, Tensor weights)");
+        "int light_max_out_degree=4611686018427387904, bool save_out_acc=False) -> "
+        "(Tensor out, Tensor stats, Tensor weights, Tensor out_acc)");
   // Gradients [value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value]
-  // (empty tensors where needs[i] is 0). operands in that order without value; coeffs =
+  // (empty tensors where needs[i] is 0; needs[5] == 2: key is value, whose gradient then holds
+  // both and key's is empty). operands in that order without value; coeffs =
   // (negative_slope, scale, dropout); splits = (heavy_rows, heavy_items, heavy_src,
-  // heavy_src_items); light_max = (light_max_degree, light_max_out_degree).
+  // heavy_src_items); light_max = (light_max_degree, light_max_out_degree). out is the forward's
+  // out, or its out_acc for bf16/fp16 values.
   m.def("graph_attention_backward(Tensor rowptr, Tensor col, int kind, Tensor value, "
         "Tensor?[] operands, int num_dst, float[] coeffs, int seed, Tensor rowptr_t, Tensor col_t, "
         "Tensor t2c, Tensor?[] splits, int[] light_max, Tensor out, Tensor stats, "

@@ -82,11 +82,13 @@ def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_s
                           edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,
                           need_weights, rowptr_t, col_t, t2c, heavy_rows=None, heavy_items=None,
                           light_max_degree=2**62, heavy_src=None, heavy_src_items=None,
-                          light_max_out_degree=2**62):
+                          light_max_out_degree=2**62, save_out_acc=False):
     acc = torch.float64 if value.dtype == torch.float64 else torch.float32
     heads, channels = value.size(1), value.size(2)
+    keep_acc = save_out_acc and value.dtype in (torch.float16, torch.bfloat16)
     return (value.new_empty(num_dst, heads, channels), value.new_empty(num_dst, heads, 2, dtype=acc),
-            value.new_empty(col.numel() if need_weights else 0, heads, dtype=acc))
+            value.new_empty(col.numel() if need_weights else 0, heads, dtype=acc),
+            value.new_empty((num_dst, heads, channels) if keep_acc else (0,), dtype=acc))
 
 
 @torch.library.register_fake("gnnio::graph_attention_backward")
@@ -95,7 +97,7 @@ def _graph_attention_backward_fake(rowptr, col, kind, value, operands, num_dst, 
                                    grad_out, needs):
     grads = [value.new_empty(value.shape) if needs[0] else value.new_empty(0)]
     for need, t in zip(needs[1:], operands):
-        grads.append(t.new_empty(t.shape) if need and t is not None else value.new_empty(0))
+        grads.append(t.new_empty(t.shape) if need == 1 and t is not None else value.new_empty(0))
     return grads
 
 

@@ -252,7 +252,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     # With gradients the weights are recomputed below; the kernel's are then needed only for
     # the dropout mask.
     kernel_weights = bool(return_weights) and (not needs_grad or dropout > 0)
-    out, stats, weights = _ops.graph_attention(
+    out, stats, weights, _ = _ops.graph_attention(
         fwd.rowptr, fwd.col, _KINDS[kind], value.contiguous(), src_score, dst_score, edge_score,
         query, key, edge_key, att, edge_value, nd, float(negative_slope), float(scale),
         float(dropout), int(seed or 0), kernel_weights, rowptr_t, col_t, t2c, *split)

@@ -359,3 +359,38 @@ def test_cuda_dropout_masks_equal_cpu(monkeypatch, layer, opts):
         _, w_g = gnnio.ops.graph_attention(gcuda, "gatv2", **{k: v.cuda() for k, v in ops.items()},
                                            dropout=0.5, seed=seed, return_weights=True)
         assert torch.equal(w_c == 0, w_g.cpu() == 0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("heads,channels", [(4, 32), (4, 256), (3, 5)])
+@pytest.mark.parametrize("hubs", [False, True])
+def test_cuda_gatv2_key_is_value_and_att_sums(heads, channels, hubs):
+    """GATv2 with key is value (one gradient written for both) and d att summed per block
+    ((4, 32), (3, 5)) or per destination ((4, 256): too few rows per block for the block sums),
+    with and without super nodes in both directions, against float64 on the CPU with key and
+    value as separate tensors. fp32 accumulation over up to L terms: sqrt(L) eps32 (4x margin)."""
+    if hubs:
+        ei, (ns, nd) = GRAPHS["hub_in"]  # hub_out is the same graph reversed
+        ei = torch.cat([ei, GRAPHS["hub_out"][0]], 1)
+    else:
+        ei, n = random_graph(3000, 40000, generator=torch.Generator().manual_seed(2))
+        ns = nd = n
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(ns, heads, channels, generator=gen)
+    query = torch.randn(nd, heads, channels, generator=gen)
+    att = torch.randn(heads, channels, generator=gen)
+    dout = torch.randn(nd, heads, channels, generator=gen)
+    g = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    xs, q, a = (t.cuda().requires_grad_() for t in (x, query, att))
+    out = gnnio.ops.graph_attention(g, "gatv2", xs, query=q, key=xs, att=a)
+    grads = torch.autograd.grad(out, (xs, q, a), dout.cuda())
+    ge = gnnio.Graph(ei, size=(ns, nd))
+    xe, ke, qe, ae = (t.double().requires_grad_() for t in (x, x, query, att))
+    out_e = gnnio.ops.graph_attention(ge, "gatv2", xe, query=qe, key=ke, att=ae)
+    gx, gk, gq, ga = torch.autograd.grad(out_e, (xe, ke, qe, ae), dout.double())
+    max_degree = max(torch.bincount(ei[0]).max().item(), torch.bincount(ei[1]).max().item())
+    for what, got, want, terms in [("out", out, out_e, max_degree), ("dx", grads[0], gx + gk, max_degree),
+                                   ("dquery", grads[1], gq, max_degree), ("datt", grads[2], ga, ei.size(1))]:
+        err, scale = (got.cpu().double() - want).abs().max().item(), want.abs().max().item()
+        rel = 4 * math.sqrt(terms) * EPS32
+        assert err <= rel * scale, f"{what}: error {err:.3g} > {rel:.2g} x scale {scale:.3g}"

@@ -270,3 +270,70 @@ def test_opcheck_graph_attention(kind):
     args = (f.rowptr, f.col, {"gat": 0, "gatv2": 1, "dot": 2}[kind], value, *scores, *qk, att,
             edge_value, n, 0.2, 0.5, 0.25, 7, True, t.rowptr, t.col, g.src_slot_to_dst_slot)
     torch.library.opcheck(torch.ops.gnnio.graph_attention.default, args)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("edge_key", [False, True])
+def test_gatv2_key_is_value_gradient_matches_separate_tensors(edge_key, dropout):
+    # GATv2 passes x_l as both key and value; the kernel then writes one gradient holding both
+    # (key_grad_into_value). It must equal what autograd sums from two separate tensors.
+    gen = torch.Generator().manual_seed(11)
+    ei, n = random_graph(40, 300, generator=gen)
+    graph = gnnio.Graph(ei, num_nodes=n + 1)
+    heads, channels = 3, 5
+    x = torch.randn(n + 1, heads, channels, dtype=torch.float64, generator=gen)
+    query = torch.randn(n + 1, heads, channels, dtype=torch.float64, generator=gen)
+    att = torch.randn(heads, channels, dtype=torch.float64, generator=gen)
+    ek = torch.randn(ei.size(1), heads, channels, dtype=torch.float64, generator=gen) if edge_key else None
+    dout = torch.randn(n + 1, heads, channels, dtype=torch.float64, generator=gen)
+
+    def grads(shared):
+        xs = x.clone().requires_grad_()
+        q = query.clone().requires_grad_()
+        key = xs if shared else x.clone().requires_grad_()
+        out = gnnio.ops.graph_attention(graph, "gatv2", xs, query=q, key=key, att=att, edge_key=ek,
+                                        dropout=dropout, seed=3)
+        inputs = (xs, q) if shared else (xs, q, key)
+        g = torch.autograd.grad(out, inputs, dout)
+        return (g[0], g[1]) if shared else (g[0] + g[2], g[1])
+
+    (gx_shared, gq_shared), (gx_sep, gq_sep) = grads(True), grads(False)
+    # The same float64 sums, added once in the kernel instead of once by autograd: a few ulps.
+    torch.testing.assert_close(gx_shared, gx_sep, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gq_shared, gq_sep, rtol=0, atol=0)
+
+
+def test_backward_refuses_key_into_value_when_key_is_not_value():
+    ei, n = random_graph(12, 40)
+    g = gnnio.Graph(ei, num_nodes=n)
+    f, t = g.csr_by_dst, g.csr_by_src
+    H, C = 2, 3
+    value, query, key = (torch.randn(n, H, C, dtype=torch.float64) for _ in range(3))
+    att = torch.randn(H, C, dtype=torch.float64)
+    out, stats, _, out_acc = torch.ops.gnnio.graph_attention(
+        f.rowptr, f.col, 1, value, None, None, None, query, key, None, att, None, n, 0.2, 1.0, 0.0,
+        0, False, t.rowptr, t.col, g.src_slot_to_dst_slot)
+    assert out_acc.numel() == 0  # float64 values: out is already unrounded
+    with pytest.raises(ValueError, match="key to be value"):
+        torch.ops.gnnio.graph_attention_backward(
+            f.rowptr, f.col, 1, value, [None, None, None, query, key, None, att, None], n,
+            [0.2, 1.0, 0.0], 0, t.rowptr, t.col, g.src_slot_to_dst_slot, [None] * 4, [2**62, 2**62],
+            out, stats, torch.ones_like(out), [1, 0, 0, 0, 0, 2, 0, 0, 0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_fake_out_acc_only_for_low_precision(dtype):
+    # The fake kernel's out_acc (torch.compile's view): float32 [N, H, C] for bf16/fp16 values
+    # when the autograd asks for it, else empty; the kernels follow the same rule.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    ei, n = random_graph(10, 30)
+    g = gnnio.Graph(ei, num_nodes=n)
+    f, t = g.csr_by_dst, g.csr_by_src
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        value = torch.empty(n, 2, 4, dtype=dtype)
+        res = torch.ops.gnnio.graph_attention(
+            f.rowptr, f.col, 2, value, None, None, None, value, value, None, None, None, n, 0.2, 1.0,
+            0.0, 0, False, t.rowptr, t.col, g.src_slot_to_dst_slot, save_out_acc=True)
+    low = dtype != torch.float32
+    assert res[3].dtype == torch.float32
+    assert tuple(res[3].shape) == ((n, 2, 4) if low else (0,))

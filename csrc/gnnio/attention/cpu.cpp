@@ -341,6 +341,10 @@ void backward(const AttentionBackwardParams& b) {
   }
 
   if (!d_src_score && !d_key && !d_value) return;
+  GNNIO_CHECK(!b.key_grad_into_value || (p.key == p.value && d_value && !d_key),
+              ErrorKind::kInvalidArgument,
+              "attention backward: key_grad_into_value needs key == value and grad_value only");
+  const bool key_grad = d_key || b.key_grad_into_value;
   const auto* rowptr_t = static_cast<const index_t*>(b.rowptr_t);
   const auto* col_t = static_cast<const index_t*>(b.col_t);
   const auto* t2c = static_cast<const index_t*>(b.t2c);
@@ -365,7 +369,7 @@ void backward(const AttentionBackwardParams& b) {
           for (int64_t c = 0; c < C; ++c) dv[c] += sg.pr * double(g_i[c]);
         if constexpr (K == ScoreKind::kGat) {
           ds += sg.de * leaky_grad(in.gat_z(i, j, k, h), slope);
-        } else if (d_key) {
+        } else if (key_grad) {
           const T* q = in.vec(in.query, i, h);
           if constexpr (K == ScoreKind::kGatV2) {
             const T* kj = in.vec(in.key, j, h);
@@ -382,6 +386,8 @@ void backward(const AttentionBackwardParams& b) {
       if (d_src_score) d_src_score[jh] = static_cast<T>(ds);
       if (d_key)
         for (int64_t c = 0; c < C; ++c) d_key[jh * C + c] = static_cast<T>(dk[c]);
+      if (b.key_grad_into_value)
+        for (int64_t c = 0; c < C; ++c) dv[c] += dk[c];
       if (d_value)
         for (int64_t c = 0; c < C; ++c) d_value[jh * C + c] = static_cast<T>(dv[c]);
     }

@@ -1,6 +1,6 @@
 // Backward kernels of the attention family (see params.h for the math).
 //
-// delta_kernel: D_i = dout_i . out_i per (row, head).
+// delta_kernel: D_i = dout_i . out_i per (row, head), from out_acc when the forward kept it.
 // Pass A walks csr_by_dst: per (destination, head), recomputes each slot's score and weight
 // from the stats, writes the per-edge gradients and sums the destination-side ones.
 // Pass B walks csr_by_src: per (source, head), the same recomputation through t2c, summing the
@@ -31,12 +31,21 @@ __global__ void delta_kernel(AttentionBackwardParams b) {
   if (group >= p.num_dst * p.heads) return;
   const int64_t C = p.channels;
   const auto* go = static_cast<const scalar_t*>(b.grad_out) + group * C;
-  const auto* out = static_cast<const scalar_t*>(p.out) + group * C;
   float part = 0.0f;
+  if (p.out_acc) {  // the unrounded out of a low-precision forward
+    const auto* out = static_cast<const float*>(p.out_acc) + group * C;
 #pragma unroll
-  for (int t = 0; t < CPL; ++t) {
-    const int64_t c = int64_t(g.sub) * CPL + t;
-    if (c < C) part += to_acc(go[c]) * to_acc(out[c]);
+    for (int t = 0; t < CPL; ++t) {
+      const int64_t c = int64_t(g.sub) * CPL + t;
+      if (c < C) part += to_acc(go[c]) * out[c];
+    }
+  } else {
+    const auto* out = static_cast<const scalar_t*>(p.out) + group * C;
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) {
+      const int64_t c = int64_t(g.sub) * CPL + t;
+      if (c < C) part += to_acc(go[c]) * to_acc(out[c]);
+    }
   }
   const float d = g.sum(part);
   if (g.sub == 0) static_cast<float*>(b.delta)[group] = d;
@@ -104,15 +113,47 @@ __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
   return prob * (g.sum(part) - delta);
 }
 
+// GATv2's d att in per-block sums (b.att_blocks): each lane group's share of row i (zero for
+// work items and skipped tasks) is added over the block's groups of the same head, in group
+// order, into row blockIdx.x of grad_att_partial [att_blocks + num_heavy, H, C]. Every thread
+// of the block must call it.
+template <int L, int CPL>
+__device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& g, const float (&datt)[CPL]) {
+  constexpr int G = kThreads / L;
+  __shared__ float shared[G * L * CPL];  // [G][C], C <= L * CPL
+  const int64_t H = b.fwd.heads, C = b.fwd.channels;
+  const int q = threadIdx.x / L;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = int64_t(g.sub) * CPL + t;
+    if (c < C) shared[q * C + c] = datt[t];
+  }
+  __syncthreads();
+  const int64_t first_group = int64_t(blockIdx.x) * G;
+  float* row = static_cast<float*>(b.grad_att_partial) + int64_t(blockIdx.x) * H * C;
+  for (int64_t x = threadIdx.x; x < H * C; x += kThreads) {
+    const int64_t h = x / C, c = x % C;
+    float sum = 0.0f;
+    for (int w = static_cast<int>((h - first_group % H + H) % H); w < G; w += static_cast<int>(H))
+      sum += shared[w * C + c];
+    row[x] = sum;
+  }
+}
+
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
 __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
   const int64_t task = group / p.heads, h = group % p.heads;
-  if (task >= p.num_dst + p.split.num_items) return;
+  float datt[CPL];
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) datt[t] = 0.0f;
+  // The task's work; true when its datt is row i's share of d att (a light row).
+  auto run = [&]() -> bool {
+  if (task >= p.num_dst + p.split.num_items) return false;
   int64_t i, begin, end;
-  if (!task_range<index_t>(p.rowptr, p.split, task, i, begin, end)) return;
+  if (!task_range<index_t>(p.rowptr, p.split, task, i, begin, end)) return false;
   const auto* col = static_cast<const index_t*>(p.col);
   const int64_t H = p.heads, C = p.channels;
   const float slope = static_cast<float>(p.negative_slope), scale = static_cast<float>(p.scale);
@@ -122,9 +163,9 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
   load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, p.vector_io, gi);
   const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
   const float m = st[0], s = st[1], delta = static_cast<const float*>(b.delta)[i * H + h];
-  float g_score = 0.0f, dq[CPL], datt[CPL];
+  float g_score = 0.0f, dq[CPL];
 #pragma unroll
-  for (int t = 0; t < CPL; ++t) dq[t] = datt[t] = 0.0f;
+  for (int t = 0; t < CPL; ++t) dq[t] = 0.0f;
   const bool value_is_key = p.key == p.value && !p.edge_key && !p.edge_value;
   constexpr int U = kSlotsInFlight<K, CPL>;
   using Batch = SlotBatch<index_t, L, U>;
@@ -192,12 +233,22 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
     if (g.sub == 0) slot[0] = g_score;
     store_acc_row(slot + 1, g, C, dq);
     store_acc_row(slot + 1 + C, g, C, datt);
-    return;
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) datt[t] = 0.0f;  // the merge kernel adds the items
+    return false;
   }
   if (b.grad_dst_score && g.sub == 0)
     static_cast<scalar_t*>(b.grad_dst_score)[i * H + h] = from_acc<scalar_t>(g_score);
   store_row<scalar_t, L, CPL>(b.grad_query, (i * H + h) * C, g, C, p.vector_io, dq);
-  if (b.grad_att_partial) store_acc_row(static_cast<float*>(b.grad_att_partial) + (i * H + h) * C, g, C, datt);
+  if (b.grad_att_partial && b.att_blocks == 0)
+    store_acc_row(static_cast<float*>(b.grad_att_partial) + (i * H + h) * C, g, C, datt);
+  return true;
+  };
+  if (!run()) {
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) datt[t] = 0.0f;
+  }
+  if (b.att_blocks > 0) att_block_sum<L, CPL>(b, g, datt);
 }
 
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
@@ -303,6 +354,10 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(Atte
       for (int u0 = 0; u0 < count; u0 += U) step(dst_of, slot_of, base, u0, count - u0 < U ? count - u0 : U);
     }
   }
+  if (b.key_grad_into_value) {
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) gval[t] += gkey[t];
+  }
   if (task < b.split_t.num_items) {
     float* slot = part.base + (task * H + h) * part.stride;
     if (g.sub == 0) slot[0] = g_score;
@@ -319,10 +374,12 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(Atte
 // One block per (heavy row, head) adds the row's work items: lane group q sums items q, q + G,
 // ..., then group 0 adds the G sums in group order (a fixed tree: the same bits every run). It
 // writes the row's three outputs: a scalar (scalar_t) and two C-vectors (the first as scalar_t,
-// the second as scalar_t or, with second_is_acc, as float: GATv2's d att partial).
+// the second as scalar_t or, with second_is_acc, as float: GATv2's d att partial, at row
+// acc_row_base + heavy index when acc_row_base >= 0 (per-block d att), else at the row's own).
 template <typename scalar_t, int L, int CPL>
 __global__ void merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C, bool vec,
-                             void* scalar_out, void* first_out, void* second_out, bool second_is_acc) {
+                             void* scalar_out, void* first_out, void* second_out, bool second_is_acc,
+                             int64_t acc_row_base) {
   extern __shared__ float shared[];  // [G][1 + 2C]
   constexpr int G = kThreads / L;
   const Group<L> g;
@@ -361,13 +418,39 @@ __global__ void merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C
   if (scalar_out && g.sub == 0) static_cast<scalar_t*>(scalar_out)[row * H + h] = from_acc<scalar_t>(sc);
   store_row<scalar_t, L, CPL>(first_out, (row * H + h) * C, g, C, vec, a);
   if (second_is_acc) {
-    if (second_out) store_acc_row(static_cast<float*>(second_out) + (row * H + h) * C, g, C, b2);
+    const int64_t acc_row = acc_row_base >= 0 ? acc_row_base + hi : row;
+    if (second_out) store_acc_row(static_cast<float*>(second_out) + (acc_row * H + h) * C, g, C, b2);
   } else {
     store_row<scalar_t, L, CPL>(second_out, (row * H + h) * C, g, C, vec, b2);
   }
 }
 
+// Pass A's grid: one lane group per (task, head).
+int64_t pass_a_blocks(const AttentionParams& p, int lanes) {
+  return blocks_for((p.num_dst + p.split.num_items) * p.heads * lanes);
+}
+
 }  // namespace
+
+int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b) {
+  const AttentionParams& p = b.fwd;
+  if (p.kind != ScoreKind::kGatV2 || p.num_dst == 0 || p.heads == 0 || p.channels == 0 ||
+      p.scalar_type == ScalarType::kFloat64 || p.channels > kMaxCudaChannels)
+    return 0;
+  int64_t blocks = 0;
+  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto) {
+    using scalar_t = decltype(scalar);
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      dispatch_layout<scalar_t>(p.channels, [&](auto l, auto) {
+        constexpr int L = decltype(l)::value;
+        // Per-block sums pay off when a block holds several rows of each head: with G groups
+        // and H heads a block's H x C sums replace G x C per-row ones.
+        if (kThreads / L >= 4 * p.heads) blocks = pass_a_blocks(p, L);
+      });
+    }
+  });
+  return blocks;
+}
 
 size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b) {
   const int64_t per = b.fwd.heads * (1 + 2 * b.fwd.channels);
@@ -386,6 +469,9 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
   const Partials part_b{part_a.base + p.split.num_items * p.heads * stride, stride};
   const bool need_a = b.grad_dst_score || b.grad_edge_score || b.grad_query || b.grad_edge_key ||
                       b.grad_att_partial || b.grad_edge_value;
+  GNNIO_CHECK(!b.key_grad_into_value || (p.key == p.value && b.grad_value && !b.grad_key),
+              ErrorKind::kInvalidArgument,
+              "graph_attention backward: key_grad_into_value needs key == value and grad_value only");
   const bool need_b = b.grad_src_score || b.grad_key || b.grad_value;
   dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
     using scalar_t = decltype(scalar);
@@ -404,13 +490,17 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
         if (need_a && p.num_dst > 0) {
+          GNNIO_CHECK(b.att_blocks == 0 || (b.grad_att_partial && b.att_blocks == pass_a_blocks(p, L)),
+                      ErrorKind::kInvalidArgument,
+                      "graph_attention backward: att_blocks must be attention_backward_cuda_att_blocks(b)");
           dispatch_kind(p.kind, [&](auto kind) {
             pass_a_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>
-                <<<blocks_for((p.num_dst + p.split.num_items) * H * L), kThreads, 0, s>>>(q, part_a);
+                <<<pass_a_blocks(p, L), kThreads, 0, s>>>(q, part_a);
           });
           if (p.split.num_heavy > 0)
             merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kThreads, smem, s>>>(
-                p.split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, b.grad_query, b.grad_att_partial, true);
+                p.split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, b.grad_query, b.grad_att_partial, true,
+                b.att_blocks > 0 ? b.att_blocks : -1);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
         if (need_b && p.num_src > 0) {
@@ -420,7 +510,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           });
           if (b.split_t.num_heavy > 0)
             merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(b.split_t.num_heavy * H), kThreads, smem, s>>>(
-                b.split_t, part_b, H, p.channels, q.fwd.vector_io, b.grad_src_score, b.grad_value, b.grad_key, false);
+                b.split_t, part_b, H, p.channels, q.fwd.vector_io, b.grad_src_score, b.grad_value, b.grad_key, false, -1);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
       });

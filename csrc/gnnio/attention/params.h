@@ -14,7 +14,8 @@
 // empty row gives out 0 and stats (0, 1e-16). Optional operands (dst_score, edge_score,
 // edge_key, edge_value) are nullptr when absent; per-edge operands are in CSR-slot order.
 //
-// The backward pass recomputes p_k from stats. With D_i = dout_i . out_i (dropout included):
+// The backward pass recomputes p_k from stats. With D_i = dout_i . out_i (dropout included; out
+// unrounded, from out_acc, when the forward kept it):
 //   dp~ term: de_k = p_k * (keep_k / (1 - dropout) * dout_i . (value_j + edge_value_k) - D_i)
 // then the score's own chain rule. Pass A walks csr_by_dst (destination-side and per-edge
 // gradients, and GATv2's per-destination share of d att), pass B walks csr_by_src (source-side
@@ -61,6 +62,11 @@ struct AttentionParams {
   uint64_t seed = 0;
 
   void* out = nullptr;      // [num_dst, H, C]
+  // Optional [num_dst, H, C] float32: out before its rounding to a bf16/fp16 out (CUDA). The
+  // backward's D_i = dout_i . out_i is then formed from it: with the rounded out, every de_k of
+  // a row carries p_k dout . (fl(out) - out), which does not cancel over a row and dominates the
+  // gradient of a super node's row.
+  void* out_acc = nullptr;
   void* stats = nullptr;    // [num_dst, H, 2] float32 (float64 for float64 inputs): (m_i, s_i)
   void* weights = nullptr;  // optional [nnz, H] float32 (float64): p~_k, for return_attention_weights
 
@@ -85,7 +91,7 @@ struct AttentionBackwardParams {
   RowSplit split_t;                // CUDA split of csr_by_src
 
   // Gradients, same shapes as their operands; nullptr = not needed. grad_key and grad_value
-  // are separate outputs even when key and value alias (autograd adds them).
+  // are separate outputs when key and value alias unless key_grad_into_value is set.
   void* grad_src_score = nullptr;
   void* grad_dst_score = nullptr;
   void* grad_edge_score = nullptr;
@@ -96,6 +102,14 @@ struct AttentionBackwardParams {
   void* grad_value = nullptr;
   void* grad_edge_value = nullptr;
   void* delta = nullptr;             // workspace [num_dst, H] accumulator type: D_i
+  // key is value (GATv2's x_l): pass B adds the key's gradient into grad_value (summed in the
+  // accumulator type, rounded once) and grad_key stays nullptr: one [num_src, H, C] buffer and
+  // one add fewer than autograd summing two.
+  bool key_grad_into_value = false;
+  // grad_att_partial's layout. 0: one row per destination, [num_dst, H, C]. Else (CUDA, from
+  // attention_backward_cuda_att_blocks) one row per pass-A block then one per heavy row,
+  // [att_blocks + split.num_heavy, H, C]: the same sum, 1/(rows per block) of the memory.
+  int64_t att_blocks = 0;
 };
 
 void attention_forward_cpu(const AttentionParams& p);
@@ -105,6 +119,8 @@ void attention_backward_cpu(const AttentionBackwardParams& b);
 // Workspace bytes for the super-node partials of the forward / backward.
 size_t attention_forward_cuda_workspace_bytes(const AttentionParams& p);
 size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b);
+// att_blocks for b (grad_att_partial's per-block layout), or 0 for the per-destination one.
+int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b);
 void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream);
 void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, void* stream);
 #endif

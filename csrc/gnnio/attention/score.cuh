@@ -285,7 +285,7 @@ inline void set_dropout_test(AttentionParams& p) {
 inline bool rows_aligned(const AttentionParams& p, int cpl, std::initializer_list<const void*> more) {
   if (p.channels % cpl != 0) return false;
   for (const void* ptr : {p.value, p.key, p.query, p.edge_key, p.edge_value, p.att,
-                          static_cast<const void*>(p.out)})
+                          static_cast<const void*>(p.out), static_cast<const void*>(p.out_acc)})
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
   for (const void* ptr : more)
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;

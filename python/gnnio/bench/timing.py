@@ -5,13 +5,14 @@ import time
 import torch
 
 
-def median_ms(fn, device: torch.device, warmup: int, repeat: int, min_sample_ms: float = 1.0) -> float:
+def median_ms(fn, device: torch.device, warmup: int, repeat: int, min_sample_ms: float = 5.0) -> float:
     """Median time of one fn() in milliseconds: CUDA events on a GPU, perf_counter on a CPU.
 
     On the GPU a call shorter than `min_sample_ms` is repeated back to back inside each
     sample (and the time divided), so launch-bound calls on small graphs are measured as a
     stream of calls rather than as one event pair's jitter. Every implementation gets the same
-    treatment."""
+    treatment. 5 ms: with 1 ms samples (3 calls of a 0.3 ms layer) one row in each of two
+    reduction runs came out 10-15% off between runs (bench/NOTES.md, reduction v2)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -22,7 +23,7 @@ def median_ms(fn, device: torch.device, warmup: int, repeat: int, min_sample_ms:
         fn()
         end.record()
         end.synchronize()
-        inner = max(1, min(50, int(min_sample_ms / max(start.elapsed_time(end), 1e-3))))
+        inner = max(1, min(200, int(min_sample_ms / max(start.elapsed_time(end), 1e-3))))
         for _ in range(repeat):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
