@@ -1,6 +1,8 @@
 // Autograd of gnnio::graph_attention: the forward saves only its inputs, out (float32 out_acc for
 // bf16/fp16 values) and the softmax stats (O(N x H x C) and O(N x H));
 // graph_attention_backward recomputes the weights from them.
+#include <cstdlib>
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
@@ -53,7 +55,10 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     // key is value (GATv2's x_l): one gradient, written by the kernel into value's slot, and
     // none for key's (autograd sums a tensor's gradients over the argument slots it fills).
     constexpr int kKeyNeed = 5;
-    if (needs[0] && needs[kKeyNeed] && key.has_value() && key->is_same(value)) needs[kKeyNeed] = 2;
+    const char* merge_knob = std::getenv("GNNIO_KEY_MERGE");  // measurement knob: 0 = two gradients
+    const bool merge_off = merge_knob && merge_knob[0] == '0';
+    if (!merge_off && needs[0] && needs[kKeyNeed] && key.has_value() && key->is_same(value))
+      needs[kKeyNeed] = 2;
     bool any = false;
     for (int64_t n : needs) any |= n != 0;
     const bool keep_acc = any && low_precision(value);

@@ -7,6 +7,7 @@
 // source-side gradients. Heavy rows of either CSR are split into work items whose partial sums
 // are added in item order by a merge kernel; everything else is written by the one group that
 // owns it: no atomics, the same bits every run.
+#include <cstdlib>
 #include <type_traits>
 
 #include "gnnio/attention/score.cuh"
@@ -116,11 +117,11 @@ __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
 // GATv2's d att in per-block sums (b.att_blocks): each lane group's share of row i (zero for
 // work items and skipped tasks) is added over the block's groups of the same head, in group
 // order, into row blockIdx.x of grad_att_partial [att_blocks + num_heavy, H, C]. Every thread
-// of the block must call it.
+// of the block must call it; the launch gives it kThreads * CPL floats of dynamic shared memory
+// (none when att_blocks is 0, so the other kernels keep all of L1).
 template <int L, int CPL>
 __device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& g, const float (&datt)[CPL]) {
-  constexpr int G = kThreads / L;
-  __shared__ float shared[G * L * CPL];  // [G][C], C <= L * CPL
+  extern __shared__ float shared[];  // [G][C], G = kThreads / L, C <= L * CPL
   const int64_t H = b.fwd.heads, C = b.fwd.channels;
   const int q = threadIdx.x / L;
 #pragma unroll
@@ -434,6 +435,8 @@ int64_t pass_a_blocks(const AttentionParams& p, int lanes) {
 
 int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b) {
   const AttentionParams& p = b.fwd;
+  const char* knob = std::getenv("GNNIO_ATT_BLOCKS");  // measurement knob: 0 = per-destination
+  if (knob && knob[0] == '0') return 0;
   if (p.kind != ScoreKind::kGatV2 || p.num_dst == 0 || p.heads == 0 || p.channels == 0 ||
       p.scalar_type == ScalarType::kFloat64 || p.channels > kMaxCudaChannels)
     return 0;
@@ -495,7 +498,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
                       "graph_attention backward: att_blocks must be attention_backward_cuda_att_blocks(b)");
           dispatch_kind(p.kind, [&](auto kind) {
             pass_a_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>
-                <<<pass_a_blocks(p, L), kThreads, 0, s>>>(q, part_a);
+                <<<pass_a_blocks(p, L), kThreads, b.att_blocks > 0 ? kThreads * CPL * sizeof(float) : 0, s>>>(q, part_a);
           });
           if (p.split.num_heavy > 0)
             merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kThreads, smem, s>>>(
