@@ -121,7 +121,8 @@ __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
 // (none when att_blocks is 0, so the other kernels keep all of L1).
 template <int L, int CPL>
 __device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& g, const float (&datt)[CPL]) {
-  extern __shared__ float shared[];  // [G][C], G = kThreads / L, C <= L * CPL
+  constexpr int G = kThreads / L;
+  extern __shared__ float shared[];  // [G][C], C <= L * CPL
   const int64_t H = b.fwd.heads, C = b.fwd.channels;
   const int q = threadIdx.x / L;
 #pragma unroll
