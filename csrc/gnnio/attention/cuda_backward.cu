@@ -436,8 +436,13 @@ int64_t pass_a_blocks(const AttentionParams& p, int lanes) {
 
 int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b) {
   const AttentionParams& p = b.fwd;
-  const char* knob = std::getenv("GNNIO_ATT_BLOCKS");  // measurement knob: 0 = per-destination
-  if (knob && knob[0] == '0') return 0;
+  // Policy: per-destination shares unless GNNIO_ATT_BLOCKS=1 (or 2: the same, with pass A's
+  // shared-memory carveout set to the least). The block sums save N x H x C floats (0.41 GiB
+  // on powerlaw-1M-16M at 4 x 32) but made pass A 30% slower there (7.8 -> 10.1 ms, commit
+  // 1a98f6b, bench/ab_attention_backward.py): each block waits at the barrier for its longest
+  // row. A memory saver to opt into, not the default.
+  const char* knob = std::getenv("GNNIO_ATT_BLOCKS");
+  if (!knob || (knob[0] != '1' && knob[0] != '2')) return 0;
   if (p.kind != ScoreKind::kGatV2 || p.num_dst == 0 || p.heads == 0 || p.channels == 0 ||
       p.scalar_type == ScalarType::kFloat64 || p.channels > kMaxCudaChannels)
     return 0;
@@ -498,8 +503,14 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
                       ErrorKind::kInvalidArgument,
                       "graph_attention backward: att_blocks must be attention_backward_cuda_att_blocks(b)");
           dispatch_kind(p.kind, [&](auto kind) {
-            pass_a_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>
-                <<<pass_a_blocks(p, L), kThreads, b.att_blocks > 0 ? kThreads * CPL * sizeof(float) : 0, s>>>(q, part_a);
+            auto* kernel = pass_a_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>;
+            if (b.att_blocks > 0) {  // a measurement knob (see attention_backward_cuda_att_blocks)
+              const char* knob = std::getenv("GNNIO_ATT_BLOCKS");
+              GNNIO_CUDA_CHECK(cudaFuncSetAttribute(
+                  kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                  knob && knob[0] == '2' ? int(cudaSharedmemCarveoutMaxL1) : int(cudaSharedmemCarveoutDefault)));
+            }
+            kernel<<<pass_a_blocks(p, L), kThreads, b.att_blocks > 0 ? kThreads * CPL * sizeof(float) : 0, s>>>(q, part_a);
           });
           if (p.split.num_heavy > 0)
             merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kThreads, smem, s>>>(
