@@ -162,12 +162,12 @@ def test_refuses_a_file_for_another_graph_or_not_a_permutation(tmp_path, perm_di
     assert found is None and "not a permutation" in why
     assert not perms.is_permutation(torch.tensor([0, 2]), 2)
     assert perms.is_permutation(torch.tensor([1, 0], dtype=torch.int32), 2)
-    # In the study: a citeseer order saved under cora's name is refused and that order skipped
+    # In the study: an as20000102 order saved under cora's name is refused and that order skipped
     # (nothing computed in its place: --compute-orders is empty).
     shutil.copy(perms.file_path(perm_dir, "cora", "rcm"), tmp_path / "x.pt")
     folder = tmp_path / "mixed"
-    study.main(["--save-perms", str(folder), "--graphs", "citeseer", "--orders", "rcm"])
-    os.replace(perms.file_path(str(folder), "citeseer", "rcm"), perms.file_path(str(folder), "cora", "rcm"))
+    study.main(["--save-perms", str(folder), "--graphs", "as20000102", "--orders", "rcm"])
+    os.replace(perms.file_path(str(folder), "as20000102", "rcm"), perms.file_path(str(folder), "cora", "rcm"))
     res = study.main(["--study", "reorder", "--graphs", "cora", *FAST, "--orders", "rcm",
                       "--kernels", "spmm", "--perms", str(folder), "--compute-orders", ""])
     res = res["reorder"]
@@ -185,12 +185,12 @@ def test_time_limit_stops_before_the_next_graph(tmp_path, monkeypatch):
         clock.start -= 1000
 
     monkeypatch.setattr(study_planner, "run_graph", run_then_expire)
-    study.main(["--study", "planner", "--graphs", "cora,citeseer", *FAST, "--families", "spmm",
+    study.main(["--study", "planner", "--graphs", "cora,as20000102", *FAST, "--families", "spmm",
                 "--time-limit", "10", "--out", prefix])
     with open(prefix + "-planner.json") as f:
         res = json.load(f)
     assert {r["graph"] for r in res["rows"]} == {"cora"}
-    assert res["stopped"] and "before planner study of graph citeseer" in res["stopped"]
+    assert res["stopped"] and "before planner study of graph as20000102" in res["stopped"]
     with open(prefix + "-planner.md") as f:
         assert "**Stopped:**" in f.read()
 
