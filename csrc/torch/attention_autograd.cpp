@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
@@ -17,7 +18,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr int kValueArg = 3;     // schema position of value; the 8 operands follow it
-constexpr int kNumArgs = 28;
+constexpr int kNumArgs = 29;     // the schema's 28 and grad_enabled
 
 using ForwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const OptTensor&,
@@ -45,7 +46,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
       const OptTensor& heavy_rows, const OptTensor& heavy_items, int64_t light_max_degree,
       const OptTensor& heavy_src, const OptTensor& heavy_src_items, int64_t light_max_out_degree,
-      bool save_out_acc) {
+      bool save_out_acc, bool grad_enabled) {
     // Which gradients to compute, from the inputs themselves (needs_input_grad counts only
     // tensor arguments, which would make the indices depend on the schema's scalar positions).
     std::vector<int64_t> needs{value.requires_grad()};
@@ -61,7 +62,8 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       needs[kKeyNeed] = 2;
     bool any = false;
     for (int64_t n : needs) any |= n != 0;
-    const bool keep_acc = any && low_precision(value);
+    // grad_enabled: the caller's grad mode (inside forward it is always off).
+    const bool keep_acc = grad_enabled && any && low_precision(value);
     at::AutoDispatchBelowADInplaceOrView guard;
     static auto op = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("gnnio::graph_attention", "")
@@ -130,7 +132,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_autog
       rowptr, col, kind, value, src_score, dst_score, edge_score, query, key, edge_key, att,
       edge_value, num_dst, negative_slope, scale, dropout, seed, need_weights, rowptr_t, col_t, t2c,
       heavy_rows, heavy_items, light_max_degree, heavy_src, heavy_src_items, light_max_out_degree,
-      save_out_acc);
+      save_out_acc, at::GradMode::is_enabled());
   return {outs[0], outs[1], outs[2], outs[3]};
 }
 

@@ -140,9 +140,18 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
   b.fwd = attention_params(in);
   const auto& v = in.value;
   TORCH_CHECK_VALUE(needs.size() == 9, "graph_attention backward: needs must have 9 entries");
+  for (size_t i = 0; i < needs.size(); ++i)
+    TORCH_CHECK_VALUE(needs[i] == 0 || needs[i] == 1 || (i == 1 + kKey && needs[i] == 2),
+                      "graph_attention backward: needs entries are 0 or 1 (2 only for key: into "
+                      "value's gradient), got ", needs[i], " at ", i);
   TORCH_CHECK_VALUE(grad_out.sizes() == out.sizes() && grad_out.is_contiguous() && out.is_contiguous() &&
                         out.sizes() == at::IntArrayRef({b.fwd.num_dst, b.fwd.heads, b.fwd.channels}),
                     "graph_attention backward: grad_out and out must be contiguous [num_dst, H, C]");
+  TORCH_CHECK_TYPE(grad_out.scalar_type() == v.scalar_type(),
+                   "graph_attention backward: grad_out must have value's dtype ", v.scalar_type(),
+                   ", got ", grad_out.scalar_type());
+  TORCH_CHECK_VALUE(grad_out.device() == v.device() && out.device() == v.device(),
+                    "graph_attention backward: grad_out and out must be on value's device");
   // out is the forward's out, or its float32 out_acc when the values are bf16/fp16.
   const bool out_is_acc = low_precision(v) && out.scalar_type() == at::kFloat;
   TORCH_CHECK_VALUE(out.scalar_type() == v.scalar_type() || out_is_acc,

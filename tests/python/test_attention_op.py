@@ -314,11 +314,20 @@ def test_backward_refuses_key_into_value_when_key_is_not_value():
         f.rowptr, f.col, 1, value, None, None, None, query, key, None, att, None, n, 0.2, 1.0, 0.0,
         0, False, t.rowptr, t.col, g.src_slot_to_dst_slot)
     assert out_acc.numel() == 0  # float64 values: out is already unrounded
-    with pytest.raises(ValueError, match="key to be value"):
-        torch.ops.gnnio.graph_attention_backward(
+    def backward(grad_out, needs):
+        return torch.ops.gnnio.graph_attention_backward(
             f.rowptr, f.col, 1, value, [None, None, None, query, key, None, att, None], n,
             [0.2, 1.0, 0.0], 0, t.rowptr, t.col, g.src_slot_to_dst_slot, [None] * 4, [2**62, 2**62],
-            out, stats, torch.ones_like(out), [1, 0, 0, 0, 0, 2, 0, 0, 0])
+            out, stats, grad_out, needs)
+    with pytest.raises(ValueError, match="key to be value"):
+        backward(torch.ones_like(out), [1, 0, 0, 0, 0, 2, 0, 0, 0])
+    # 2 means "into value's gradient" only for key; anything else is refused, not half-honoured.
+    with pytest.raises(ValueError, match="needs entries are 0 or 1"):
+        backward(torch.ones_like(out), [1, 0, 0, 0, 2, 0, 0, 0, 0])
+    # grad_out is read as value's dtype by the kernels: another dtype is refused.
+    with pytest.raises(TypeError, match="grad_out must have value's dtype"):
+        backward(torch.ones_like(out, dtype=torch.float32), [1, 0, 0, 0, 1, 1, 0, 0, 0])
+    assert len(backward(torch.ones_like(out), [1, 0, 0, 0, 1, 1, 0, 0, 0])) == 9
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
