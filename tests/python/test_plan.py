@@ -344,3 +344,26 @@ def test_the_cuda_rule_traces_under_torch_compile(blockdiag_graph):
 
     x = torch.ones(3, 8)
     assert torch.equal(torch.compile(f, fullgraph=True, backend="eager")(x), f(x)) and f(x)[0, 0] == 2
+
+
+def test_plans_are_memoised_per_graph_and_env_still_wins(powerlaw_graph, monkeypatch):
+    # A plan is computed once per Graph and key (the planner study measured the per-call
+    # planning as 10-25% of a small graph's op); what the environment forces is read per call.
+    g = powerlaw_graph
+    first = planner.plan_reduce(g, torch.float32, backward=True)
+    assert planner.plan_reduce(g, torch.float32, backward=True) is first
+    assert planner.plan_reduce(g, torch.bfloat16, backward=True) is first  # dtype only matters for float64
+    assert planner.plan_reduce(g, torch.float64, backward=True) is not first
+    fresh = planner.plan_reduce(gnnio.Graph(powerlaw(2000, 32_000, seed=0), num_nodes=2000),
+                                torch.float32, backward=True)
+    assert fields(fresh).keys() == fields(first).keys() and fresh.reason == first.reason
+    for a, b in zip(fresh, first):
+        assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+    att = planner.plan_attention(g, 128, backward=True)
+    assert planner.plan_attention(g, 128, backward=True) is att
+    monkeypatch.setenv("GNNIO_REDUCE", "node")
+    monkeypatch.setenv("GNNIO_ATTENTION", "node")
+    assert planner.plan_reduce(g, torch.float32, backward=True).reason == "node-parallel: forced"
+    assert planner.plan_attention(g, 128, backward=True).reason == "node-parallel: forced"
+    monkeypatch.delenv("GNNIO_REDUCE")
+    assert planner.plan_reduce(g, torch.float32, backward=True) is first
