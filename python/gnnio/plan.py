@@ -302,8 +302,6 @@ def spmm_backend(graph, x: torch.Tensor, backend: Optional[str] = None) -> str:
     if not x.is_cuda:
         return "csr"
     width, dtype = x.size(1), x.dtype
-    if torch.compiler.is_compiling():
-        return "wsb" if _spmm_rule(graph, width, dtype).wsb else "csr"
     tf32 = dtype == torch.float32 and _tf32_allowed()
     return _memo(graph, ("spmm", width, dtype, tf32),
                  lambda: "wsb" if _spmm_rule(graph, width, dtype).wsb else "csr")

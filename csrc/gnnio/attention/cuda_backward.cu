@@ -32,22 +32,18 @@ __global__ void delta_kernel(AttentionBackwardParams b) {
   if (group >= p.num_dst * p.heads) return;
   const int64_t C = p.channels;
   const auto* go = static_cast<const scalar_t*>(b.grad_out) + group * C;
-  float part = 0.0f;
-  if (p.out_acc) {  // the unrounded out of a low-precision forward
-    const auto* out = static_cast<const float*>(p.out_acc) + group * C;
-#pragma unroll
-    for (int t = 0; t < CPL; ++t) {
-      const int64_t c = int64_t(g.sub) * CPL + t;
-      if (c < C) part += to_acc(go[c]) * out[c];
-    }
-  } else {
-    const auto* out = static_cast<const scalar_t*>(p.out) + group * C;
+  auto lane_dot = [&](const auto* out) {  // out as scalar_t, or the float out_acc
+    float part = 0.0f;
 #pragma unroll
     for (int t = 0; t < CPL; ++t) {
       const int64_t c = int64_t(g.sub) * CPL + t;
       if (c < C) part += to_acc(go[c]) * to_acc(out[c]);
     }
-  }
+    return part;
+  };
+  // The unrounded out of a low-precision forward when it was kept.
+  const float part = p.out_acc ? lane_dot(static_cast<const float*>(p.out_acc) + group * C)
+                               : lane_dot(static_cast<const scalar_t*>(p.out) + group * C);
   const float d = g.sum(part);
   if (g.sub == 0) static_cast<float*>(b.delta)[group] = d;
 }
@@ -235,9 +231,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
     if (g.sub == 0) slot[0] = g_score;
     store_acc_row(slot + 1, g, C, dq);
     store_acc_row(slot + 1 + C, g, C, datt);
-#pragma unroll
-    for (int t = 0; t < CPL; ++t) datt[t] = 0.0f;  // the merge kernel adds the items
-    return false;
+    return false;  // the merge kernel adds the items
   }
   if (b.grad_dst_score && g.sub == 0)
     static_cast<scalar_t*>(b.grad_dst_score)[i * H + h] = from_acc<scalar_t>(g_score);
@@ -246,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
     store_acc_row(static_cast<float*>(b.grad_att_partial) + (i * H + h) * C, g, C, datt);
   return true;
   };
-  if (!run()) {
+  if (!run()) {  // nothing of row i's share here (an item's went to its partials)
 #pragma unroll
     for (int t = 0; t < CPL; ++t) datt[t] = 0.0f;
   }
