@@ -32,6 +32,7 @@ def _extension():
         "csrc/gnnio/spmm/cpu.cpp",
         "csrc/gnnio/reduce/cpu.cpp",
         "csrc/gnnio/attention/cpu.cpp",
+        "csrc/gnnio/attention/head_scores_cpu.cpp",
         "csrc/gnnio/wsb/build_cpu.cpp",
         "csrc/gnnio/wsb/cpu.cpp",
         "csrc/torch/registration.cpp",
@@ -42,6 +43,7 @@ def _extension():
         "csrc/torch/reduce_autograd.cpp",
         "csrc/torch/attention_ops.cpp",
         "csrc/torch/attention_autograd.cpp",
+        "csrc/torch/head_scores_ops.cpp",
         "csrc/torch/wsb_ops.cpp",
         "csrc/torch/wsb_autograd.cpp",
     ]

@@ -119,6 +119,13 @@ TORCH_LIBRARY(gnnio, m) {
         "Tensor?[] operands, int num_dst, float[] coeffs, int seed, Tensor rowptr_t, Tensor col_t, "
         "Tensor t2c, Tensor?[] splits, int[] light_max, Tensor out, Tensor stats, "
         "Tensor grad_out, int[] needs) -> Tensor[]");
+  // GAT's per-node scores, fused (gnnio/attention/head_scores.h): score[a, n, h] = sum_c
+  // x[n, h, c] * att[a, h, c] for 1 to 4 vectors a; att and score in the accumulator type
+  // (float64 for float64 x, else float32). The backward returns (d x, d att), each an empty
+  // tensor when not asked for; d att is summed per chunk of rows and the chunks in a fixed order.
+  m.def("head_scores(Tensor x, Tensor att) -> Tensor");
+  m.def("head_scores_backward(Tensor x, Tensor att, Tensor grad_score, bool x_grad, "
+        "bool att_grad) -> (Tensor grad_x, Tensor grad_att)");
   // Parses the bytes of a Matrix Market file (uint8 tensor).
   m.def("parse_mtx(Tensor text) -> (Tensor row, Tensor col, Tensor value, int num_rows, "
         "int num_cols, bool symmetric)");

@@ -101,4 +101,15 @@ def _graph_attention_backward_fake(rowptr, col, kind, value, operands, num_dst, 
     return grads
 
 
-# Autograd of spmm, wsb_spmm, segment_reduce and graph_attention is registered in C++ (csrc/torch/*_autograd.cpp): no Python per call.
+@torch.library.register_fake("gnnio::head_scores")
+def _head_scores_fake(x, att):
+    return att.new_empty(att.size(0), x.size(0), x.size(1))
+
+
+@torch.library.register_fake("gnnio::head_scores_backward")
+def _head_scores_backward_fake(x, att, grad_score, x_grad, att_grad):
+    return (x.new_empty(x.shape) if x_grad else x.new_empty(0),
+            att.new_empty(att.shape) if att_grad else att.new_empty(0))
+
+
+# Autograd of spmm, wsb_spmm, segment_reduce, graph_attention and head_scores is registered in C++ (csrc/torch/*_autograd.cpp): no Python per call.

@@ -8,7 +8,7 @@ from gnnio.graph import Graph
 from gnnio.plan import plan_attention, plan_reduce, spmm_backend
 
 __all__ = ["spmm", "gcn_propagate", "segment_reduce", "graph_attention", "attention_weights",
-           "check_features"]
+           "head_scores", "check_features"]
 
 
 def check_features(x, num_rows: int, graph: Graph, name: str = "x") -> torch.Tensor:
@@ -303,3 +303,33 @@ def attention_weights(graph: Graph, kind: str, *, src_score=None, dst_score=None
     w = torch.exp(e - m[dst])
     s = torch.zeros(graph.num_dst, heads, dtype=e.dtype, device=e.device).index_add(0, dst, w)
     return w / (s[dst] + 1e-16)
+
+
+def head_scores(x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+    r"""GAT's per-node scores :math:`s_{a,n,h} = \sum_c x_{n,h,c}\, a_{a,h,c}`, i.e. PyG's
+    ``(x * att).sum(-1)`` for up to four vectors at once, fused: the forward reads ``x`` once
+    and writes only the scores; the backward reads ``x`` once, writes ``d x`` once and sums
+    ``d att`` per chunk of 64 rows, then over the chunks in a fixed order (deterministic). No
+    N x H x C product is stored in either pass.
+
+    Args:
+        x: ``[N, H, C]`` float32/float64 (CPU and CUDA), float16/bfloat16 (CUDA).
+        att: ``[A, H, C]`` with A from 1 to 4 (PyG's ``att_src`` is ``[1, H, C]``), any float
+            dtype; the products are summed in float32 (float64 for float64 ``x``).
+
+    Returns ``[A, N, H]`` in ``torch.result_type(x, att)`` (PyG's dtype), so ``out[a]`` is
+    vector a's ``[N, H]`` score. Differentiable in ``x`` and ``att``.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or not x.dtype.is_floating_point:
+        raise ValueError(f"head_scores: x must be a floating-point [N, heads, channels] Tensor, got "
+                         f"{list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if (not isinstance(att, torch.Tensor) or att.dim() != 3 or not 1 <= att.size(0) <= 4
+            or att.shape[1:] != x.shape[1:]):
+        raise ValueError(f"head_scores: att must be a [1 to 4, {x.size(1)}, {x.size(2)}] Tensor, got "
+                         f"{list(att.shape) if isinstance(att, torch.Tensor) else type(att).__name__}")
+    if att.device != x.device:
+        raise ValueError(f"head_scores: att is on {att.device} but x is on {x.device}")
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    score = _ops.head_scores(x.contiguous(), att.to(acc).contiguous())
+    out_dtype = torch.result_type(x, att)
+    return score if out_dtype == acc else score.to(out_dtype)

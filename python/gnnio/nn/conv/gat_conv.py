@@ -8,7 +8,7 @@ from torch.nn import Parameter
 from gnnio.graph import Graph
 from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
 from gnnio.nn.conv.graph_conv import _sizes
-from gnnio.ops import graph_attention
+from gnnio.ops import graph_attention, head_scores
 
 # Helpers shared by the attention layers (GATConv, GATv2Conv, TransformerConv).
 
@@ -254,8 +254,12 @@ class GATConv(torch.nn.Module):
         shared = x_dst is x_src and self.lin is not None
         h_src = lin_src(x_src).view(-1, H, C)
         h_dst = None if x_dst is None else (h_src if shared else lin_dst(x_dst).view(-1, H, C))
-        alpha_src = (h_src * self.att_src).sum(dim=-1)
-        alpha_dst = None if h_dst is None else (h_dst * self.att_dst).sum(-1)
+        # PyG's (h * att).sum(-1), fused: no N x H x C product in either pass.
+        if shared:
+            alpha_src, alpha_dst = head_scores(h_src, torch.cat([self.att_src, self.att_dst]))
+        else:
+            alpha_src = head_scores(h_src, self.att_src)[0]
+            alpha_dst = None if h_dst is None else head_scores(h_dst, self.att_dst)[0]
 
         num_src, num_dst = _sizes(x_src, x_dst, size)
         graph = self._graphs.get(edge_index, num_src, num_dst)
@@ -269,7 +273,7 @@ class GATConv(torch.nn.Module):
         edge_score = None
         if edge_attr is not None:
             e = self.lin_edge(edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr)
-            edge_score = (e.view(-1, H, C) * self.att_edge).sum(dim=-1)
+            edge_score = head_scores(e.view(-1, H, C), self.att_edge)[0]
         result = graph_attention(graph, "gat", h_src, src_score=alpha_src, dst_score=alpha_dst,
                                  edge_score=edge_score, negative_slope=self.negative_slope,
                                  dropout=self.dropout if self.training else 0.0,

@@ -1,0 +1,85 @@
+// CPU implementation of the fused GAT scores (head_scores.h): the same per-row dot products
+// and the same per-chunk d att partials as the CUDA kernels.
+#include "gnnio/attention/head_scores.h"
+
+#include "gnnio/common/cpu_dispatch.h"
+
+namespace gnnio {
+namespace {
+
+template <typename scalar_t>
+void forward(const HeadScoresParams& p) {
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  const auto* att = static_cast<const scalar_t*>(p.att);
+  auto* score = static_cast<scalar_t*>(p.score);
+  const int64_t H = p.heads, C = p.channels, A = p.num_att;
+#pragma omp parallel for schedule(static) if (worth_threads(p.num_rows * H * C * A))
+  for (int64_t n = 0; n < p.num_rows; ++n) {
+    for (int64_t a = 0; a < A; ++a) {
+      for (int64_t h = 0; h < H; ++h) {
+        const scalar_t* xr = x + (n * H + h) * C;
+        const scalar_t* ar = att + (a * H + h) * C;
+        scalar_t acc = 0;
+        for (int64_t c = 0; c < C; ++c) acc += xr[c] * ar[c];
+        score[(a * p.num_rows + n) * H + h] = acc;
+      }
+    }
+  }
+}
+
+template <typename scalar_t>
+void backward(const HeadScoresBackwardParams& p) {
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  const auto* att = static_cast<const scalar_t*>(p.att);
+  const auto* g = static_cast<const scalar_t*>(p.grad_score);
+  auto* grad_x = static_cast<scalar_t*>(p.grad_x);
+  auto* partials = static_cast<scalar_t*>(p.att_partials);
+  const int64_t H = p.heads, C = p.channels, A = p.num_att, HC = H * C, NH = p.num_rows * H;
+  const int64_t chunks = head_score_chunks(p.num_rows);
+#pragma omp parallel for schedule(static) if (worth_threads(p.num_rows * HC * A))
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t begin = k * kHeadScoreChunkRows;
+    const int64_t end = begin + kHeadScoreChunkRows < p.num_rows ? begin + kHeadScoreChunkRows
+                                                                 : p.num_rows;
+    scalar_t* part = partials ? partials + k * A * HC : nullptr;
+    if (part)
+      for (int64_t i = 0; i < A * HC; ++i) part[i] = 0;
+    for (int64_t n = begin; n < end; ++n) {
+      const scalar_t* xr = x + n * HC;
+      const scalar_t* gr = g + n * H;  // vector a's gradient at gr[a * N * H + h]
+      for (int64_t j = 0; j < HC; ++j) {
+        const int64_t h = j / C;
+        if (grad_x) {
+          scalar_t acc = 0;
+          for (int64_t a = 0; a < A; ++a) acc += gr[a * NH + h] * att[a * HC + j];
+          grad_x[n * HC + j] = acc;
+        }
+        if (part)
+          for (int64_t a = 0; a < A; ++a) part[a * HC + j] += gr[a * NH + h] * xr[j];
+      }
+    }
+  }
+}
+
+template <typename Fn>
+void dispatch_float(ScalarType t, const char* what, Fn&& fn) {
+  switch (t) {
+    case ScalarType::kFloat32: return fn(float{});
+    case ScalarType::kFloat64: return fn(double{});
+    default:
+      detail::fail(ErrorKind::kInvalidArgument, what, " on CPU supports float32 and float64, got ",
+                   to_string(t));
+  }
+}
+
+}  // namespace
+
+void head_scores_cpu(const HeadScoresParams& p) {
+  dispatch_float(p.scalar_type, "head_scores", [&](auto s) { forward<decltype(s)>(p); });
+}
+
+void head_scores_backward_cpu(const HeadScoresBackwardParams& p) {
+  dispatch_float(p.scalar_type, "head_scores backward", [&](auto s) { backward<decltype(s)>(p); });
+}
+
+}  // namespace gnnio

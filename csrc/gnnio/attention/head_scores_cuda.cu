@@ -1,0 +1,160 @@
+// CUDA kernels of the fused GAT scores (head_scores.h). Forward: a group of G lanes (G the
+// power of two at or above the channel count, at most 32) owns one (row, head) segment, strides
+// over its channels and sums each vector's products with a butterfly of shuffles: x is read
+// once, coalesced. Backward: one block per chunk of kHeadScoreChunkRows rows, a thread per
+// (head, channel) column walking the chunk's rows in order: it writes d x and keeps each
+// vector's d att partial in a register, written once per chunk.
+#include <cuda_runtime.h>
+
+#include "gnnio/attention/head_scores.h"
+#include "gnnio/common/convert.cuh"
+#include "gnnio/common/cuda_check.h"
+
+namespace gnnio {
+namespace {
+
+constexpr int kMaxAtt = 4;
+constexpr int kForwardThreads = 256;
+constexpr int kBackwardMaxThreads = 256;
+
+template <typename scalar_t, int G>
+__global__ void __launch_bounds__(kForwardThreads)
+    head_scores_kernel(const scalar_t* __restrict__ x, const acc_type_t<scalar_t>* __restrict__ att,
+                       acc_type_t<scalar_t>* __restrict__ score, int64_t num_segments, int heads,
+                       int channels, int num_att) {
+  using acc_t = acc_type_t<scalar_t>;
+  const int lane = threadIdx.x % G;
+  const int64_t groups_per_grid = int64_t(gridDim.x) * (kForwardThreads / G);
+  const int64_t first = int64_t(blockIdx.x) * (kForwardThreads / G) + threadIdx.x / G;
+  // Every lane of a warp runs the same number of rounds, so the shuffles see full warps.
+  const int64_t rounds = (num_segments + groups_per_grid - 1) / groups_per_grid;
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int64_t s = first + round * groups_per_grid;  // segment = row * heads + head
+    const bool valid = s < num_segments;
+    const int h = valid ? int(s % heads) : 0;
+    acc_t sum[kMaxAtt];
+#pragma unroll
+    for (int a = 0; a < kMaxAtt; ++a) sum[a] = acc_t(0);
+    if (valid) {
+      const scalar_t* xs = x + s * channels;
+      for (int c = lane; c < channels; c += G) {
+        const acc_t v = to_acc(xs[c]);
+#pragma unroll
+        for (int a = 0; a < kMaxAtt; ++a)
+          if (a < num_att) sum[a] += v * att[(int64_t(a) * heads + h) * channels + c];
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < kMaxAtt; ++a) {
+      if (a >= num_att) break;
+#pragma unroll
+      for (int offset = G / 2; offset > 0; offset /= 2)
+        sum[a] += __shfl_xor_sync(0xffffffffu, sum[a], offset);
+    }
+    if (valid && lane == 0) {
+      for (int a = 0; a < num_att; ++a) score[a * num_segments + s] = sum[a];
+    }
+  }
+}
+
+template <typename scalar_t>
+__global__ void __launch_bounds__(kBackwardMaxThreads)
+    head_scores_backward_kernel(const scalar_t* __restrict__ x,
+                                const acc_type_t<scalar_t>* __restrict__ att,
+                                const acc_type_t<scalar_t>* __restrict__ grad_score,
+                                scalar_t* __restrict__ grad_x, acc_type_t<scalar_t>* __restrict__ partials,
+                                int64_t num_rows, int heads, int channels, int num_att) {
+  using acc_t = acc_type_t<scalar_t>;
+  const int64_t hc = int64_t(heads) * channels;
+  const int64_t begin = int64_t(blockIdx.x) * kHeadScoreChunkRows;
+  const int64_t end = min(begin + kHeadScoreChunkRows, num_rows);
+  for (int64_t j = threadIdx.x; j < hc; j += blockDim.x) {
+    const int64_t h = j / channels;
+    acc_t att_j[kMaxAtt], part[kMaxAtt];
+#pragma unroll
+    for (int a = 0; a < kMaxAtt; ++a) {
+      att_j[a] = a < num_att ? att[a * hc + j] : acc_t(0);
+      part[a] = acc_t(0);
+    }
+#pragma unroll 4
+    for (int64_t n = begin; n < end; ++n) {
+      const acc_t v = to_acc(x[n * hc + j]);
+      const acc_t* g = grad_score + n * heads + h;
+      acc_t dx = acc_t(0);
+#pragma unroll
+      for (int a = 0; a < kMaxAtt; ++a) {
+        if (a >= num_att) break;
+        const acc_t ga = g[a * num_rows * heads];
+        dx += ga * att_j[a];
+        part[a] += ga * v;
+      }
+      if (grad_x) grad_x[n * hc + j] = from_acc<scalar_t>(dx);
+    }
+    if (partials)
+      for (int a = 0; a < num_att; ++a) partials[(int64_t(blockIdx.x) * num_att + a) * hc + j] = part[a];
+  }
+}
+
+template <typename scalar_t>
+void launch_forward(const HeadScoresParams& p, cudaStream_t stream) {
+  using acc_t = acc_type_t<scalar_t>;
+  const int64_t segments = p.num_rows * p.heads;
+  auto run = [&](auto group) {
+    constexpr int G = decltype(group)::value;
+    const int64_t groups = kForwardThreads / G;
+    const int64_t blocks = std::min<int64_t>((segments + groups - 1) / groups, int64_t(1) << 20);
+    head_scores_kernel<scalar_t, G><<<blocks, kForwardThreads, 0, stream>>>(
+        static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
+        static_cast<acc_t*>(p.score), segments, int(p.heads), int(p.channels), int(p.num_att));
+  };
+  if (p.channels <= 4) run(std::integral_constant<int, 4>{});
+  else if (p.channels <= 8) run(std::integral_constant<int, 8>{});
+  else if (p.channels <= 16) run(std::integral_constant<int, 16>{});
+  else run(std::integral_constant<int, 32>{});
+}
+
+template <typename scalar_t>
+void launch_backward(const HeadScoresBackwardParams& p, cudaStream_t stream) {
+  using acc_t = acc_type_t<scalar_t>;
+  const int64_t hc = p.heads * p.channels;
+  const int threads = int(std::min<int64_t>(kBackwardMaxThreads, (hc + 31) / 32 * 32));
+  head_scores_backward_kernel<scalar_t><<<head_score_chunks(p.num_rows), threads, 0, stream>>>(
+      static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
+      static_cast<const acc_t*>(p.grad_score), static_cast<scalar_t*>(p.grad_x),
+      static_cast<acc_t*>(p.att_partials), p.num_rows, int(p.heads), int(p.channels),
+      int(p.num_att));
+}
+
+void check_sizes(int64_t num_att, int64_t heads, int64_t channels, const char* what) {
+  GNNIO_CHECK(num_att >= 1 && num_att <= kMaxAtt, ErrorKind::kInvalidArgument, what,
+              ": 1 to 4 attention vectors, got ", num_att);
+  GNNIO_CHECK(heads * channels < (int64_t(1) << 31), ErrorKind::kInvalidArgument, what,
+              ": heads * channels must be below 2^31");
+}
+
+}  // namespace
+
+void head_scores_cuda(const HeadScoresParams& p, void* stream) {
+  check_sizes(p.num_att, p.heads, p.channels, "head_scores");
+  if (p.num_rows == 0 || p.heads == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (p.channels == 0) {  // empty dot products
+    const size_t elem = p.scalar_type == ScalarType::kFloat64 ? 8 : 4;
+    GNNIO_CUDA_CHECK(cudaMemsetAsync(p.score, 0, p.num_rows * p.num_att * p.heads * elem, s));
+    return;
+  }
+  dispatch_cuda(p.scalar_type, IndexType::kInt32,
+                [&](auto scalar, auto) { launch_forward<decltype(scalar)>(p, s); });
+  GNNIO_CUDA_CHECK(cudaGetLastError());
+}
+
+void head_scores_backward_cuda(const HeadScoresBackwardParams& p, void* stream) {
+  check_sizes(p.num_att, p.heads, p.channels, "head_scores backward");
+  if (p.num_rows == 0 || p.heads * p.channels == 0) return;
+  dispatch_cuda(p.scalar_type, IndexType::kInt32, [&](auto scalar, auto) {
+    launch_backward<decltype(scalar)>(p, static_cast<cudaStream_t>(stream));
+  });
+  GNNIO_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace gnnio

@@ -1,0 +1,179 @@
+"""gnnio.ops.head_scores (GAT's fused per-node scores) against float64 sums of the same
+operands, forward and backward, on CPU and (marked cuda) on the GPU in every dtype; gradcheck;
+bad input; bitwise repeatability of d att (summed per chunk of rows, then over chunks in order).
+
+Tolerances are the standard error bound of a sum of k products in the accumulator's precision,
+k * u * sum |terms| (u = 2^-24 for float32, 2^-53 for float64), plus one rounding of the result
+to the output dtype: k = C for a score, A for d x, and chunk length + number of chunks for d att
+(a chunk's rows are summed in order; the chunks by one reduction, bounded here by a sequential
+sum)."""
+import math
+
+import pytest
+import torch
+
+from gnnio.ops import head_scores
+
+CHUNK = 64
+UNIT = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
+SHAPES = [(1, 1, 1, 1), (130, 2, 4, 32), (64, 1, 3, 7), (200, 2, 8, 8), (65, 4, 2, 5),
+          (0, 2, 4, 8), (70, 2, 4, 0), (1000, 2, 1, 64), (129, 1, 2, 40)]
+
+
+def operands(n, a, h, c, dtype, device, gen):
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype).to(device)
+    return rand(n, h, c), rand(a, h, c), rand(a, n, h)
+
+
+def exact(x, att, g):
+    """float64 forward and gradients of the same (rounded) operands, and the sums of |terms|."""
+    x, att, g = x.double(), att.double(), g.double()
+    score = torch.einsum("nhc,ahc->anh", x, att)
+    score_mag = torch.einsum("nhc,ahc->anh", x.abs(), att.abs())
+    gx = torch.einsum("anh,ahc->nhc", g, att)
+    gx_mag = torch.einsum("anh,ahc->nhc", g.abs(), att.abs())
+    gatt = torch.einsum("anh,nhc->ahc", g, x)
+    gatt_mag = torch.einsum("anh,nhc->ahc", g.abs(), x.abs())
+    return (score, score_mag), (gx, gx_mag), (gatt, gatt_mag)
+
+
+def check(ours, ref, terms, unit, out_dtype):
+    value, mag = ref
+    out_unit = torch.finfo(out_dtype).eps / 2
+    bound = terms * unit * mag + out_unit * value.abs() + 1e-300
+    err = (ours.double() - value).abs()
+    worst = (err / bound).max().item() if err.numel() else 0.0
+    assert worst <= 1.0, f"error {worst:.3g}x its bound"
+
+
+def run(x, att, g):
+    x = x.clone().requires_grad_()
+    att = att.clone().requires_grad_()
+    score = head_scores(x, att)
+    score.backward(g.to(score.dtype))
+    return score, x.grad, att.grad
+
+
+def check_all(x, att, g, unit):
+    n = x.size(0)
+    score, gx, gatt = run(x, att, g)
+    (s_ref, gx_ref, gatt_ref) = exact(x, att, g.to(torch.result_type(x, att)))
+    check(score, s_ref, x.size(2) + 1, unit, score.dtype)
+    check(gx, gx_ref, att.size(0) + 1, unit, x.dtype)
+    check(gatt, gatt_ref, CHUNK + math.ceil(n / CHUNK) + 1, unit, att.dtype)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{s[0]}-A{s[1]}-H{s[2]}-C{s[3]}" for s in SHAPES])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_matches_float64(shape, dtype):
+    gen = torch.Generator().manual_seed(torch.seed())
+    check_all(*operands(*shape, dtype, "cpu", gen), UNIT[dtype])
+
+
+def test_matches_pyg_expression():
+    """What GATConv computed before: (h * att).sum(-1) per vector, forward and gradients."""
+    gen = torch.Generator().manual_seed(torch.seed())
+    x, att, g = operands(500, 2, 4, 16, torch.float32, "cpu", gen)
+    score, gx, gatt = run(x, att, g)
+    xr, ar = x.clone().requires_grad_(), att.clone().requires_grad_()
+    ref = torch.stack([(xr * ar[i]).sum(-1) for i in range(2)])
+    ref.backward(g)
+    torch.testing.assert_close(score, ref)
+    torch.testing.assert_close(gx, xr.grad)
+    torch.testing.assert_close(gatt, ar.grad)
+
+
+def test_gradcheck():
+    gen = torch.Generator().manual_seed(torch.seed())
+    x, att, _ = operands(70, 2, 3, 5, torch.float64, "cpu", gen)
+    assert torch.autograd.gradcheck(head_scores, (x.requires_grad_(), att.requires_grad_()))
+
+
+def test_grad_of_one_input_only():
+    gen = torch.Generator().manual_seed(torch.seed())
+    x, att, g = operands(100, 2, 4, 8, torch.float64, "cpu", gen)
+    _, (gx_ref, _), (gatt_ref, _) = exact(x, att, g)
+    xg = x.clone().requires_grad_()
+    head_scores(xg, att).backward(g)
+    torch.testing.assert_close(xg.grad, gx_ref)
+    ag = att.clone().requires_grad_()
+    head_scores(x, ag).backward(g)
+    torch.testing.assert_close(ag.grad, gatt_ref)
+
+
+def test_dtype_follows_pyg_promotion():
+    x = torch.randn(10, 2, 4, dtype=torch.float64)
+    assert head_scores(x, torch.randn(1, 2, 4)).dtype == torch.float64
+    assert head_scores(x.float(), torch.randn(1, 2, 4, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_att_grad_bitwise_repeatable():
+    gen = torch.Generator().manual_seed(torch.seed())
+    x, att, g = operands(5000, 2, 4, 32, torch.float32, "cpu", gen)
+    first, second = run(x, att, g), run(x, att, g)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("x_shape,att_shape", [((10, 4), (1, 4)), ((10, 2, 4), (2, 4)),
+                                               ((10, 2, 4), (5, 2, 4)), ((10, 2, 4), (1, 2, 3)),
+                                               ((10, 2, 4), (1, 3, 4))])
+def test_refuses_bad_shapes(x_shape, att_shape):
+    with pytest.raises(ValueError, match="head_scores"):
+        head_scores(torch.randn(x_shape), torch.randn(att_shape))
+
+
+def test_refuses_integer_x_and_cpu_half():
+    with pytest.raises(ValueError, match="floating-point"):
+        head_scores(torch.ones(3, 2, 4, dtype=torch.long), torch.randn(1, 2, 4))
+    with pytest.raises(ValueError, match="float32 and float64"):
+        head_scores(torch.randn(3, 2, 4).bfloat16(), torch.randn(1, 2, 4))
+
+
+def test_opcheck():
+    x = torch.randn(70, 2, 8, requires_grad=True)
+    att = torch.randn(2, 2, 8, requires_grad=True)
+    torch.library.opcheck(torch.ops.gnnio.head_scores.default, (x, att))
+
+
+# --- CUDA --------------------------------------------------------------------------------------
+
+CUDA_SHAPES = SHAPES + [(300_000, 2, 4, 32), (100_003, 1, 8, 3), (4097, 2, 2, 200)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", CUDA_SHAPES, ids=[f"N{s[0]}-A{s[1]}-H{s[2]}-C{s[3]}" for s in CUDA_SHAPES])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_cuda_matches_float64(shape, dtype):
+    gen = torch.Generator().manual_seed(torch.seed())
+    x, att, g = operands(*shape, dtype, "cpu", gen)
+    # att and the score gradient stay in float32 (as a layer's parameters and the scores are);
+    # x in the dtype under test: the float64 reference uses the same rounded values.
+    att, g = att.float(), g.float()
+    unit = UNIT[torch.float64 if dtype == torch.float64 else torch.float32]
+    if dtype == torch.float64:
+        att, g = att.double(), g.double()
+    check_all(x.cuda(), att.cuda(), g.cuda(), unit)
+
+
+@pytest.mark.cuda
+def test_cuda_many_rounds_per_group():
+    """More (row, head) segments than the grid's groups: each group loops (2^23 + 1 segments)."""
+    gen = torch.Generator(device="cuda").manual_seed(torch.seed())
+    x = torch.randn(2 ** 23 + 1, 1, 32, device="cuda", generator=gen)
+    att = torch.randn(2, 1, 32, device="cuda", generator=gen)
+    g = torch.randn(2, x.size(0), 1, device="cuda", generator=gen)
+    check_all(x, att, g, UNIT[torch.float32])
+
+
+@pytest.mark.cuda
+def test_cuda_bitwise_repeatable_and_close_to_cpu():
+    gen = torch.Generator().manual_seed(torch.seed())
+    x, att, g = operands(100_000, 2, 4, 32, torch.float32, "cpu", gen)
+    first = run(x.cuda(), att.cuda(), g.cuda())
+    second = run(x.cuda(), att.cuda(), g.cuda())
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    for a, b in zip(first, run(x, att, g)):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-4)
