@@ -91,6 +91,11 @@ class TransformerConv(torch.nn.Module):
         if x_src.dim() != 2 or x_dst.dim() != 2:
             raise ValueError("gnnio.nn.TransformerConv: node features must be 2-D "
                              "[num_nodes, features]")
+        # The skip first: autograd runs a later node's backward first, so lin_skip's backward
+        # (an [N_dst, F] gradient of x_dst, held until every use of x_dst is done) runs after the
+        # attention's instead of being alive across it; and without beta the output is written
+        # into the skip's own buffer (addmm's backward does not need its output). Same values.
+        x_r = self.lin_skip(x_dst) if self.root_weight else None
         query = self.lin_query(x_dst).view(-1, H, C)
         key = self.lin_key(x_src).view(-1, H, C)
         value = self.lin_value(x_src).view(-1, H, C)
@@ -118,11 +123,12 @@ class TransformerConv(torch.nn.Module):
             alpha = attention_weights(graph, "dot", query=query, key=key, edge_key=edge,
                                       scale=kwargs["scale"])
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
-        if self.root_weight:
-            x_r = self.lin_skip(x_dst)
+        if x_r is not None:
             if self.lin_beta is not None:
                 beta = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
                 out = beta * x_r + (1 - beta) * out
+            elif x_r.shape == out.shape and x_r.dtype == out.dtype:
+                out = x_r.add_(out)  # = out + x_r (addition commutes bitwise)
             else:
                 out = out + x_r
         if want_weights:
