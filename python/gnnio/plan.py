@@ -30,6 +30,7 @@ MIN_HEAVY_DEGREE = 256
 HEAVY_OVER_MEAN = 16
 EDGE_CHUNK = 2048
 NODE_PARALLEL = 2**62
+_REDUCE_FORCED = ReducePlan(NODE_PARALLEL, EDGE_CHUNK, None, None, "node-parallel: forced")
 
 
 def split_rows(rowptr: torch.Tensor, threshold: int, chunk: int = EDGE_CHUNK):
@@ -78,10 +79,52 @@ def _memo(graph, key, compute):
     is 10-25% of a small graph's whole op (measured in the planner study)."""
     if torch.compiler.is_compiling():
         return compute()
-    memo = graph.__dict__.setdefault("_plan_memo", {})
-    if key not in memo:
-        memo[key] = compute()
-    return memo[key]
+    memo = graph.__dict__.get("_plan_memo")
+    if memo is None:
+        memo = graph.__dict__["_plan_memo"] = {}
+    else:
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+    value = memo[key] = compute()
+    return value
+
+
+# The forcing variables are read on every call (a variable set or removed between two calls is
+# honoured by the second), but os.environ.get costs ~0.7 us (it encodes the name and decodes the
+# value in Python), as much as the rest of a memoised plan. CPython's os.environ keeps its
+# entries in a dict of encoded names; _getenv reads that dict with the name encoded once. Where
+# os.environ is not CPython's mapping (replaced by a dict in a test, another interpreter) it is
+# os.environ.get, and so it is while torch.compile traces (_env): dynamo folds os.environ.get.
+_ENVIRON_TYPE = type(os.environ)
+_FAST_ENV = (isinstance(getattr(os.environ, "_data", None), dict)
+             and callable(getattr(os.environ, "encodekey", None))
+             and callable(getattr(os.environ, "decodevalue", None)))
+_ENV_KEYS: dict = {}
+
+
+def _getenv(name: str) -> Optional[str]:
+    """os.environ.get(name), read per call (eager), about 4x cheaper."""
+    env = os.environ
+    if not _FAST_ENV or type(env) is not _ENVIRON_TYPE:
+        return env.get(name)
+    key = _ENV_KEYS.get(name)
+    if key is None:
+        key = _ENV_KEYS[name] = env.encodekey(name)
+    raw = env._data.get(key)
+    return None if raw is None else env.decodevalue(raw)
+
+
+def _env(name: str, compiling: Optional[bool] = None) -> Optional[str]:
+    if compiling is None:
+        compiling = torch.compiler.is_compiling()
+    return os.environ.get(name) if compiling else _getenv(name)
+
+
+def _memo_hit(graph, key):
+    """The memoised plan of key, or None (eager callers only: the hot path without a closure)."""
+    memo = graph.__dict__.get("_plan_memo")
+    return None if memo is None else memo.get(key)
 
 
 def plan_reduce(graph, dtype: torch.dtype, degree_aware: Optional[bool] = None,
@@ -89,12 +132,14 @@ def plan_reduce(graph, dtype: torch.dtype, degree_aware: Optional[bool] = None,
     """Light/heavy split for segment_reduce on ``graph`` (CUDA); with ``backward`` also the split
     of the transpose that the backward pass walks. ``degree_aware=False`` (or
     GNNIO_REDUCE=node) gives the plain node-parallel variant, for comparison."""
+    compiling = torch.compiler.is_compiling()
     if degree_aware is None:
-        degree_aware = os.environ.get("GNNIO_REDUCE", "degree") != "node"
+        degree_aware = _env("GNNIO_REDUCE", compiling) != "node"
     if not degree_aware:
-        return ReducePlan(NODE_PARALLEL, EDGE_CHUNK, None, None, "node-parallel: forced")
-    return _memo(graph, ("reduce", dtype == torch.float64, bool(backward)),
-                 lambda: _plan_reduce_split(graph, dtype, backward))
+        return _REDUCE_FORCED
+    key = ("reduce", dtype is torch.float64, bool(backward))
+    hit = None if compiling else _memo_hit(graph, key)
+    return hit if hit is not None else _memo(graph, key, lambda: _plan_reduce_split(graph, dtype, backward))
 
 
 def _plan_reduce_split(graph, dtype: torch.dtype, backward: bool) -> ReducePlan:
@@ -144,6 +189,7 @@ class AttentionPlan(NamedTuple):
 ATTENTION_CHUNK = 128
 ATTENTION_MIN_HEAVY = 128
 ATTENTION_OVER_MEAN = 8
+_ATTENTION_FORCED = AttentionPlan(NODE_PARALLEL, None, None, "node-parallel: forced")
 
 
 def plan_attention(graph, width: int, backward: bool = False,
@@ -151,11 +197,14 @@ def plan_attention(graph, width: int, backward: bool = False,
     """Super-node split for graph_attention on CUDA: destinations (and, with ``backward``,
     sources) whose degree would make one warp the long pole of the launch. ``width`` = heads x
     channels. GNNIO_ATTENTION=node forces the unsplit kernel."""
+    compiling = torch.compiler.is_compiling()
     if degree_aware is None:
-        degree_aware = os.environ.get("GNNIO_ATTENTION", "degree") != "node"
+        degree_aware = _env("GNNIO_ATTENTION", compiling) != "node"
     if not degree_aware:
-        return AttentionPlan(NODE_PARALLEL, None, None, "node-parallel: forced")
-    return _memo(graph, ("attention", bool(backward)), lambda: _plan_attention_split(graph, backward))
+        return _ATTENTION_FORCED
+    key = ("attention", bool(backward))
+    hit = None if compiling else _memo_hit(graph, key)
+    return hit if hit is not None else _memo(graph, key, lambda: _plan_attention_split(graph, backward))
 
 
 def _plan_attention_split(graph, backward: bool) -> AttentionPlan:
@@ -201,11 +250,25 @@ def _plan_attention_split(graph, backward: bool) -> AttentionPlan:
 # 16-bit: WSB wins both ways from 20.5 edges per tile and loses at 9.2, so the threshold is 16,
 # in between and next to the byte model's break-even (below: ~17.6 at 128 features). float16
 # was not measured; it has bfloat16's MMA shape and bytes, so it shares the threshold.
-# float32 (tf32, m16n16k8 and twice the tile bytes): the forward still loses at 20.5 and 39.4
-# edges per tile (0.94x, 0.80x; small FEM matrices) and wins at 256, so the threshold is 64,
-# between 39.4 and 256; it gives up the forward+backward gains at 20-40 edges per tile
-# (1.3-1.4x on graphs whose whole step is ~0.1 ms) rather than risk a 20% slower forward.
-WSB_MIN_EDGES_PER_TILE = {torch.float32: 64.0, torch.float16: 16.0, torch.bfloat16: 16.0}
+# float32 (tf32, m16n16k8 and twice the tile bytes): first set to 64 from the forward above
+# (0.94x at 20.5, 0.80x at 39.4). The planner study (bench/results/nvidia-h200-planner.*, two
+# float32 rows per graph: WSB runs as tf32 in both) then measured WSB ahead in both passes at
+# 39.4 and 45.0 edges per tile (bcsstk13 0.89x / 0.88x of CSR's time, IMDB-BINARY 0.77x /
+# 0.83x) and the forward still 1.7x slower at 20.5 (bcsstk25), so the threshold is 32.
+#
+# Small graphs, 16-bit: on graphs of at most WSB_SMALL_ROWS destination rows the whole product
+# takes 20-80 us, and CSR's per-call cost on them is higher than WSB's (H200, bfloat16 forward:
+# CSR ~22 us + 0.4 ns per row, WSB ~12 us + 1.3-1.8 ns per tile). The planner study measured
+# bfloat16 WSB ahead in both passes at 9.7 and 11.5 edges per tile (NCI1, 123K rows: 0.72x /
+# 0.69x of CSR's time; PROTEINS, 43K rows: 0.85x / 0.84x) and behind at 7.3 (delaunay-n16,
+# 66K rows: 1.41x forward), while the 1M-row grid at 9.2 keeps CSR (1.38x), so the threshold is
+# 8 on such graphs. float32 (tf32) stays at 32 on them: PROTEINS' tf32 forward is 1.32x slower.
+# Not separated by either rule (no choice keeps both passes within 10%): citeseer and
+# luxembourg-osm bfloat16 (WSB loses the forward by 1.56x / 1.11x and wins forward+backward by
+# 0.82x / 0.88x) and bcsstk25 tf32 (1.71x / 0.79x); they keep CSR.
+WSB_MIN_EDGES_PER_TILE = {torch.float32: 32.0, torch.float16: 16.0, torch.bfloat16: 16.0}
+WSB_SMALL_ROWS = 2**18  # 262,144: NCI1 (122,747) is below, grid-1000x1000 (10^6) far above
+WSB_MIN_EDGES_PER_TILE_SMALL = {torch.float16: 8.0, torch.bfloat16: 8.0}
 WSB_REFERENCE_WIDTH = 128  # the measured width; other widths scale the threshold by the model
 # PyTorch's default keeps float32 matmuls in full precision; WSB runs float32 as tf32 (~1e-3
 # relative, docs/wsb.md), which would break the float32 parity with PyG. So the planner picks
@@ -214,14 +277,19 @@ WSB_REFERENCE_WIDTH = 128  # the measured width; other widths scale the threshol
 # GNNIO_SPMM_BACKEND=wsb runs it anyway.
 WSB_FLOAT32_NEEDS_TF32 = True
 
-# (edges per tile, graph, {dtype: (forward speedup, forward+backward speedup)}) of the table.
+# (edges per tile, graph, destination rows, {dtype: (forward speedup, forward+backward
+# speedup)}) of WSB against CSR at 128 features: bench/results/nvidia-h200-wsb-*.md, and the
+# planner study for IMDB-BINARY, PROTEINS and NCI1 (float32 there: the mean of its two rows).
 _WSB_MEASURED = (
-    (256.0, "blockdiag-1M-16M", {torch.float32: (2.73, 2.73), torch.bfloat16: (5.06, 4.88)}),
-    (39.4, "bcsstk13", {torch.float32: (0.80, 1.29), torch.bfloat16: (1.50, 1.25)}),
-    (20.5, "bcsstk25", {torch.float32: (0.94, 1.38), torch.bfloat16: (1.35, 1.22)}),
-    (9.2, "grid-1000x1000", {torch.float32: (0.45, 0.45), torch.bfloat16: (0.73, 0.73)}),
-    (7.3, "delaunay-n16", {torch.float32: (0.38, 0.46), torch.bfloat16: (0.70, 0.96)}),
-    (1.6, "powerlaw-1M-16M", {torch.float32: (0.04, 0.04), torch.bfloat16: (0.10, 0.10)}),
+    (256.0, "blockdiag-1M-16M", 10**6, {torch.float32: (2.73, 2.73), torch.bfloat16: (5.06, 4.88)}),
+    (45.0, "IMDB-BINARY", 19773, {torch.float32: (1.30, 1.20), torch.bfloat16: (1.49, 1.25)}),
+    (39.4, "bcsstk13", 2003, {torch.float32: (0.80, 1.29), torch.bfloat16: (1.50, 1.25)}),
+    (20.5, "bcsstk25", 15439, {torch.float32: (0.94, 1.38), torch.bfloat16: (1.35, 1.22)}),
+    (11.5, "PROTEINS", 43471, {torch.float32: (0.76, 1.16), torch.bfloat16: (1.18, 1.19)}),
+    (9.7, "NCI1", 122747, {torch.float32: (0.91, 0.91), torch.bfloat16: (1.39, 1.45)}),
+    (9.2, "grid-1000x1000", 10**6, {torch.float32: (0.45, 0.45), torch.bfloat16: (0.73, 0.73)}),
+    (7.3, "delaunay-n16", 65536, {torch.float32: (0.38, 0.46), torch.bfloat16: (0.70, 0.96)}),
+    (1.6, "powerlaw-1M-16M", 10**6, {torch.float32: (0.04, 0.04), torch.bfloat16: (0.10, 0.10)}),
 )
 
 SPMM_BACKENDS = ("csr", "wsb", "auto")
@@ -236,33 +304,43 @@ def _break_even(width: int, dtype: torch.dtype) -> float:
     return s * (16 * width + 256) / (s * width + s + 4)
 
 
-def wsb_threshold(width: int, dtype: torch.dtype) -> float:
+def wsb_threshold(width: int, dtype: torch.dtype, num_rows: Optional[int] = None) -> float:
     """Edges per 16 x 16 tile from which the planner picks WSB on CUDA for ``width`` features of
-    ``dtype``: the measured threshold at 128 features, raised for narrower features by the byte
-    model (a tile's 256 values weigh more against a narrow x block; not measured), never lowered.
-    ``inf`` for dtypes WSB does not run on CUDA (float64)."""
+    ``dtype`` on a graph of ``num_rows`` destination rows (None: a large graph): the measured
+    threshold at 128 features (16-bit: lower on graphs of at most WSB_SMALL_ROWS rows), raised
+    for narrower features by the byte model (a tile's 256 values weigh more against a narrow x
+    block; not measured), never lowered. ``inf`` for dtypes WSB does not run on CUDA (float64)."""
     base = WSB_MIN_EDGES_PER_TILE.get(dtype)
     if base is None:
         return float("inf")
+    if num_rows is not None and num_rows <= WSB_SMALL_ROWS:
+        base = WSB_MIN_EDGES_PER_TILE_SMALL.get(dtype, base)
     scale = _break_even(max(int(width), 1), dtype) / _break_even(WSB_REFERENCE_WIDTH, dtype)
     return base * max(1.0, scale)
+
+
+# torch.backends.cuda.matmul.fp32_precision is a Python __getattr__ around this getter (~1 us
+# per call through the property, ~0.2 us direct).
+_FP32_PRECISION = getattr(torch._C, "_get_fp32_precision_getter", None)
 
 
 @torch.compiler.assume_constant_result
 def _tf32_allowed() -> bool:
     # Reading the flag is opaque to torch.compile: a constant of the traced graph (a change of
     # the setting recompiles, as torch guards its global matmul state).
+    if _FP32_PRECISION is not None:
+        return _FP32_PRECISION("cuda", "matmul") == "tf32"
     return torch.backends.cuda.matmul.fp32_precision == "tf32"
 
 
-def _forced_spmm_backend(backend: Optional[str]):
+def _forced_spmm_backend(backend: Optional[str], compiling: Optional[bool] = None):
     """(backend, source) when the argument or GNNIO_SPMM_BACKEND names 'csr' or 'wsb', else
     None (the planner decides). An explicit argument, 'auto' included, wins over the variable."""
     if backend is not None:
         if backend not in SPMM_BACKENDS:
             raise ValueError(f"backend must be 'csr', 'wsb', 'auto' or None, got {backend!r}")
         return None if backend == "auto" else (backend, f"backend={backend!r}")
-    env = os.environ.get("GNNIO_SPMM_BACKEND")
+    env = _env("GNNIO_SPMM_BACKEND", compiling)
     if env is None or env == "" or env == "auto":
         return None
     if env not in ("csr", "wsb"):
@@ -275,45 +353,53 @@ class _SpmmRule(NamedTuple):
     why: str  # 'dtype', 'empty', 'tf32', 'tiles'
     threshold: float
     stats: Optional[dict]
+    small: bool = False  # the small-graph threshold applied
 
 
 def _spmm_rule(graph, width: int, dtype: torch.dtype, want_stats: bool = False) -> _SpmmRule:
     """The planner's CUDA choice between CSR and WSB (not forced). Tile statistics are computed
     (one sort of the edges' tile keys, cached on the Graph) only where they decide, or with
     ``want_stats`` (for a plan's reason)."""
-    threshold = wsb_threshold(width, dtype)
+    threshold = wsb_threshold(width, dtype, graph.num_dst)
+    small = threshold != wsb_threshold(width, dtype)
     if threshold == float("inf"):
         return _SpmmRule(False, "dtype", threshold, None)
     if graph.num_edges == 0 or width == 0:
-        return _SpmmRule(False, "empty", threshold, None)
+        return _SpmmRule(False, "empty", threshold, None, small)
     if dtype == torch.float32 and WSB_FLOAT32_NEEDS_TF32 and not _tf32_allowed():
-        return _SpmmRule(False, "tf32", threshold, graph.wsb_stats() if want_stats else None)
+        return _SpmmRule(False, "tf32", threshold, graph.wsb_stats() if want_stats else None,
+                         small)
     stats = graph.wsb_stats()
-    return _SpmmRule(stats["edges_per_tile"] >= threshold, "tiles", threshold, stats)
+    return _SpmmRule(stats["edges_per_tile"] >= threshold, "tiles", threshold, stats, small)
 
 
 def spmm_backend(graph, x: torch.Tensor, backend: Optional[str] = None) -> str:
     """'csr' or 'wsb' for one spmm on ``graph`` with features ``x``: ``backend`` ('csr', 'wsb',
     'auto'; None reads GNNIO_SPMM_BACKEND, default auto). Auto is the planner's rule on CUDA
     and 'csr' on the CPU (whose WSB kernel is the reference implementation)."""
-    forced = _forced_spmm_backend(backend)
-    if forced is not None:
-        return forced[0]
+    if backend is not None and backend != "auto":  # forced by the argument
+        return backend if backend in ("csr", "wsb") else _forced_spmm_backend(backend)[0]
+    compiling = torch.compiler.is_compiling()
+    if backend is None:  # the variable may force it
+        forced = _forced_spmm_backend(None, compiling)
+        if forced is not None:
+            return forced[0]
     if not x.is_cuda:
         return "csr"
     width, dtype = x.size(1), x.dtype
-    tf32 = dtype == torch.float32 and _tf32_allowed()
-    return _memo(graph, ("spmm", width, dtype, tf32),
-                 lambda: "wsb" if _spmm_rule(graph, width, dtype).wsb else "csr")
+    key = ("spmm", width, dtype, dtype is torch.float32 and _tf32_allowed())
+    hit = None if compiling else _memo_hit(graph, key)
+    return hit if hit is not None else _memo(
+        graph, key, lambda: "wsb" if _spmm_rule(graph, width, dtype).wsb else "csr")
 
 
 def _nearest_measurement(ept: float, dtype: torch.dtype) -> str:
     key = torch.bfloat16 if dtype == torch.float16 else dtype
     point = min(_WSB_MEASURED, key=lambda m: abs(math.log(max(ept, 1e-3) / m[0])))
-    fwd, both = point[2][key]
+    fwd, both = point[3][key]
     label = _DTYPE_NAMES[key] + (", float16 not measured" if dtype == torch.float16 else "")
-    return (f"nearest H200 measurement: {point[1]} ({point[0]:g} edges/tile, {label}) WSB "
-            f"{fwd:.2f}x forward, {both:.2f}x forward+backward vs CSR")
+    return (f"nearest H200 measurement: {point[1]} ({point[0]:g} edges/tile, {point[2]:,} rows, "
+            f"{label}) WSB {fwd:.2f}x forward, {both:.2f}x forward+backward vs CSR")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,9 +554,9 @@ def _csr_algorithm(graph, width: int):
         return "rowwarp", f"row-warp (cuSPARSE rejects nnz {graph.num_edges} > rows x cols)"
     if width == 1:
         return "rowwarp", "row-warp (one-column product)"
-    if os.environ.get("GNNIO_SPMM_ALG") == "rowwarp":
+    if _env("GNNIO_SPMM_ALG") == "rowwarp":
         return "rowwarp", "row-warp (GNNIO_SPMM_ALG=rowwarp)"
-    alg = "ALG_DEFAULT" if os.environ.get("GNNIO_SPMM_ALG") == "default" else "CSR_ALG2"
+    alg = "ALG_DEFAULT" if _env("GNNIO_SPMM_ALG") == "default" else "CSR_ALG2"
     return "cusparse", f"cuSPARSE {alg}"
 
 
@@ -487,6 +573,10 @@ def _plan_spmm(graph, features, dtype, backend, common) -> Plan:
                  f"{s['fill_ratio']:.2f})")
         above = s["edges_per_tile"] >= rule.threshold
         compare = f"{tiles} {'>=' if above else '<'} threshold {rule.threshold:.1f}"
+        if rule.small:
+            compare += (f" (the small-graph threshold: {graph.num_dst:,} rows <= "
+                        f"{WSB_SMALL_ROWS:,}; above that rows count it is "
+                        f"{wsb_threshold(features, dtype):.1f})")
     name = _DTYPE_NAMES.get(dtype, str(dtype))
     if forced is not None:
         choice = cpu = forced[0]

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import shutil
+import time
 
 import pytest
 import torch
@@ -110,6 +111,14 @@ def test_planner_study_rows(results):
             assert r[f"fastest_{suffix}"] == best
             assert r[f"ratio_{suffix}"] == pytest.approx(r[key] / times[best])
             assert r[f"within_10pct_{suffix}"] == (r[f"ratio_{suffix}"] <= 1.10)
+            # planner / fastest = (planner / its pick) x (pick / fastest)
+            assert r[f"ratio_{suffix}"] == pytest.approx(
+                r[f"overhead_ratio_{suffix}"] * r[f"pick_ratio_{suffix}"])
+            assert r[f"miss_{suffix}"] in ((None,) if r[f"within_10pct_{suffix}"]
+                                           else ("same kernel", "other kernel"))
+            assert r[f"{key[:-3]}_samples"] == 1  # --repeat 1
+            assert all(m[f"{key[:-3]}_samples"] == 1 for m in r["backends"].values())
+        assert r["one_kernel"] == (r["family"] != "spmm")  # the CPU has no split
         if r["family"] == "spmm":
             assert r["planner_pick"] == "csr"  # the CPU keeps CSR
     md = results["planner.md"]
@@ -124,6 +133,43 @@ def test_verdict_leaves_out_excluded_backends():
     assert row["fastest_fwd"] == "csr" and row["ratio_fwd"] == pytest.approx(1.05)
     assert row["within_10pct_fwd"] is True
     assert row["ratio_fwd_bwd"] == pytest.approx(1.5) and row["within_10pct_fwd_bwd"] is False
+
+
+def test_verdict_separates_a_wrong_choice_from_the_same_kernel():
+    backends = {"csr": dict(fwd_ms=1.0, fwd_bwd_ms=2.0), "wsb": dict(fwd_ms=0.5, fwd_bwd_ms=2.6)}
+    row = verdict(dict(fwd_ms=1.02, fwd_bwd_ms=2.4, excluded={}, backends=backends,
+                       planner_pick="csr", one_kernel=False))
+    # fwd: picked csr, wsb was fastest: the choice costs 2x, the call itself 1.02x
+    assert row["miss_fwd"] == "other kernel" and row["pick_ratio_fwd"] == pytest.approx(2.0)
+    assert row["overhead_ratio_fwd"] == pytest.approx(1.02)
+    # fwd+bwd: picked the fastest (csr) and was 1.2x slower than it: noise / per-call cost
+    assert row["miss_fwd_bwd"] == "same kernel" and row["pick_ratio_fwd_bwd"] == 1.0
+    same = verdict(dict(fwd_ms=0.6, fwd_bwd_ms=2.0, excluded={}, backends=backends,
+                        planner_pick="csr", one_kernel=True))
+    assert same["miss_fwd"] == "same kernel" and same["miss_fwd_bwd"] is None
+
+
+def test_measure_interleaved_alternates_and_times_alike(monkeypatch):
+    calls = []
+    fns = {n: (lambda n=n: calls.append(n)) for n in "abc"}
+    got = study_planner.measure_interleaved(fns, torch.device("cpu"), warmup=1, repeat=4)
+    assert set(got) == set("abc")
+    assert all(m["samples"] == 4 and m["inner"] == 1 and m["ms"] >= 0 for m in got.values())
+    probes, rest = calls[:6], calls[6:]
+    assert probes == ["a", "a", "b", "b", "c", "c"]  # untimed call + probe each
+    assert rest[:3] == ["a", "b", "c"]  # warm-up round
+    # rounds rotate the starting candidate: abc, bca, cab, abc
+    assert rest[3:] == list("abc" "bca" "cab" "abc")
+
+    def boom():
+        raise RuntimeError("out of memory")
+
+    slow = lambda: time.sleep(0.03)  # noqa: E731
+    monkeypatch.setattr(study_planner, "FEW_SAMPLES_MS", 20.0)
+    got = study_planner.measure_interleaved({"x": boom, "slow": slow, "a": fns["a"]},
+                                            torch.device("cpu"), warmup=0, repeat=5)
+    assert got["x"]["ms"] is None and "out of memory" in got["x"]["error"]
+    assert got["slow"]["samples"] == 3 and got["a"]["samples"] == 5
 
 
 def test_saved_permutations_round_trip(perm_dir):

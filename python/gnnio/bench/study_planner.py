@@ -1,10 +1,14 @@
 """The planner study's rows for one graph (``python -m gnnio.bench.study --study planner``).
 
-For each dtype and family: every fixed backend, then the planner's automatic choice through its
-own call path (``backend='auto'`` / ``degree_aware=None``), forward and forward+backward. A row
-names the fastest fixed backend of each pass and the ratio planner / fastest from the measured
-times (the planner runs the same kernel as the fixed backend it picks, timed separately, so the
-ratio also shows the run-to-run noise).
+For each dtype and family: every fixed backend and the planner's automatic choice through the
+default call path (``backend=None`` / ``degree_aware=None``: the environment read and the
+memoised plan included, as a user's call), forward and forward+backward. The candidates of one
+(graph, family, dtype, pass) are timed the same way and interleaved (:func:`measure_interleaved`:
+round r takes one sample of each, starting from a rotating candidate; the median of the rounds),
+so host drift during the comparison lands on all of them alike. A row names the fastest fixed
+backend of each pass, the ratio planner / fastest, and splits it as (planner / its pick run as a
+fixed backend) x (pick / fastest): a miss is ``same kernel`` (the planner ran the fastest
+kernel: per-call cost or noise) or ``other kernel`` (a wrong choice).
 
 - SpMM (``spmm``, sum): ``csr`` (cuSPARSE, or gnnio's row-warp kernel) and ``wsb`` (tensor-core
   tiles). float32 is measured twice: with tf32 off (PyTorch's default; the planner then keeps
@@ -14,11 +18,14 @@ ratio also shows the run-to-run noise).
   on; on a graph without heavy rows it is the node-parallel kernel) and ``node-parallel``.
 - Attention (``graph_attention(gatv2)``, 4 heads x F/4): ``csr-split`` (super-node split on)
   and ``csr`` (no split), the only two backends attention has."""
+import statistics
+import time
+
 import torch
 
 import gnnio
 import gnnio.plan
-from gnnio.bench.study import graph_stats, measure
+from gnnio.bench.study import FEW_SAMPLES_MS, ONE_SAMPLE_MS, graph_stats
 
 WITHIN = 1.10
 OPS = {"spmm": "spmm", "reduce": "segment_reduce(max)", "attention": "graph_attention(gatv2)"}
@@ -38,9 +45,9 @@ def _family(family, graph, inp, cuda, label):
     f, dtype = x.size(1), x.dtype
     if family == "spmm":
         fixed = {b: (lambda b=b: gnnio.ops.spmm(graph, x, backend=b)) for b in ("csr", "wsb")}
-        planner = lambda: gnnio.ops.spmm(graph, x, backend="auto")  # noqa: E731
-        pick = gnnio.plan.spmm_backend(graph, x, "auto")
-        plan = graph.plan("spmm", f, dtype, backend="auto")
+        planner = lambda: gnnio.ops.spmm(graph, x)  # noqa: E731 - the default path
+        pick = gnnio.plan.spmm_backend(graph, x)
+        plan = graph.plan("spmm", f, dtype)
         excluded = ({"wsb": "runs as tf32 (~1e-3 relative), below the float32 default's "
                      "precision: shown, not counted"} if cuda and label == "float32" else {})
         return fixed, planner, pick, plan.reason, excluded, None
@@ -76,20 +83,101 @@ def _inputs(n, f, dtype, seed, device):
     return inp
 
 
-def _measure(fn, family, inp, device, args):
+MIN_SAMPLE_MS = 5.0  # as gnnio.bench.timing.median_ms: a short call is repeated inside a sample
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _sample_ms(fn, inner, device):
+    """One sample: ``inner`` calls back to back, ms per call (CUDA events on a GPU)."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / inner
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) * 1e3 / inner
+
+
+def measure_interleaved(fns, device, warmup, repeat):
+    """{name: {ms, samples, inner} or {error}} for callables timed the same way, interleaved.
+
+    Each gets one untimed call (caches) and a timed probe; from the probe its calls per sample
+    (``inner``: enough for MIN_SAMPLE_MS on a GPU, at most 200; 1 on the CPU, as median_ms) and
+    its sample count: above ONE_SAMPLE_MS the probe is the measurement, above FEW_SAMPLES_MS 3
+    samples. Then ``warmup`` rounds of one call each, and ``repeat`` rounds of one sample each,
+    round r starting at candidate r (mod n), so that none is always first or last after another;
+    the median of each one's samples."""
+    names, out, samples, inner, want = list(fns), {}, {}, {}, {}
+    for name in names:
+        try:
+            fns[name]()
+            _sync(device)
+            t0 = time.perf_counter()
+            fns[name]()
+            _sync(device)
+        except Exception as e:  # noqa: BLE001 - a failed backend (out of memory) is recorded
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            out[name] = dict(ms=None, error=f"{type(e).__name__}: {str(e)[:300]}")
+            continue
+        probe = (time.perf_counter() - t0) * 1e3
+        if probe > ONE_SAMPLE_MS:
+            out[name] = dict(ms=probe, samples=1, inner=1)
+            continue
+        want[name] = min(3, repeat) if probe > FEW_SAMPLES_MS else repeat
+        inner[name] = (max(1, min(200, int(MIN_SAMPLE_MS / max(probe, 1e-3))))
+                       if device.type == "cuda" else 1)
+        samples[name] = []
+    live = [n for n in names if n in samples]
+    for _ in range(warmup):
+        for name in live:
+            fns[name]()
+    for r in range(repeat):
+        for i in range(len(live)):
+            name = live[(r + i) % len(live)]
+            if len(samples[name]) < want[name]:
+                samples[name].append(_sample_ms(fns[name], inner[name], device))
+    for name in live:
+        out[name] = dict(ms=statistics.median(samples[name]), samples=len(samples[name]),
+                         inner=inner[name])
+    return out
+
+
+def _measure_family(fixed, planner, family, inp, device, args):
+    """({backend: measurement}, planner's measurement): forward, then forward+backward, each
+    with every fixed backend and the planner interleaved."""
     gout, inputs = ((inp["gatt"], [inp["value"], inp["query"], inp["att"]]) if family == "attention"
                     else (inp["gout"], [inp["x"]]))
-    try:
-        return measure(fn, gout, inputs, device, args.warmup, args.repeat)
-    except Exception as e:  # noqa: BLE001 - a failed backend (out of memory) is recorded
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        return dict(fwd_ms=None, fwd_bwd_ms=None, peak_extra_gib=None,
-                    error=f"{type(e).__name__}: {str(e)[:300]}")
+    fns = {**{("fixed", b): fn for b, fn in fixed.items()}, ("planner", None): planner}
+    res = {k: dict(fwd_ms=None, fwd_bwd_ms=None, peak_extra_gib=None) for k in fns}
+    for key, wrap in (("fwd_ms", lambda fn: fn),
+                      ("fwd_bwd_ms", lambda fn: lambda: torch.autograd.grad(fn(), inputs, gout))):
+        got = measure_interleaved({k: wrap(fn) for k, fn in fns.items()}, device, args.warmup,
+                                  args.repeat)
+        for k, m in got.items():
+            res[k][key] = m["ms"]
+            if "error" in m:
+                res[k].setdefault("error", m["error"])
+            else:
+                res[k][f"{key[:-3]}_samples"] = m["samples"]
+    return {b: res["fixed", b] for b in fixed}, res["planner", None]
 
 
 def verdict(row):
-    """Fastest counted fixed backend and planner / fastest for each pass, from the measurements."""
+    """Fastest counted fixed backend and planner / fastest for each pass, from the measurements,
+    and the split of that ratio: ``pick_ratio`` = the planner's pick run as a fixed backend /
+    fastest (the choice's cost), ``overhead_ratio`` = planner / its pick (the planner's per-call
+    cost and noise), ``miss`` = None (within 10%), 'same kernel' (the pick runs the fastest's
+    kernel: the same name, or a row whose backends all run one kernel) or 'other kernel'."""
     for key, suffix in (("fwd_ms", "fwd"), ("fwd_bwd_ms", "fwd_bwd")):
         counted = {b: m[key] for b, m in row["backends"].items()
                    if b not in row["excluded"] and m.get(key) is not None}
@@ -99,6 +187,14 @@ def verdict(row):
         ok = best is not None and row[key] is not None
         row[f"ratio_{suffix}"] = row[key] / counted[best] if ok else None
         row[f"within_10pct_{suffix}"] = row[f"ratio_{suffix}"] <= WITHIN if ok else None
+        pick = row.get("planner_pick")
+        pick_ms = row["backends"].get(pick, {}).get(key) if pick is not None else None
+        row[f"pick_ratio_{suffix}"] = pick_ms / counted[best] if ok and pick_ms else None
+        row[f"overhead_ratio_{suffix}"] = row[key] / pick_ms if ok and pick_ms else None
+        miss = None
+        if ok and not row[f"within_10pct_{suffix}"]:
+            miss = "same kernel" if pick == best or row.get("one_kernel") else "other kernel"
+        row[f"miss_{suffix}"] = miss
     return row
 
 
@@ -119,13 +215,13 @@ def run_graph(data, fp, args, result, save, clock):
                     if precision is not None:
                         torch.backends.cuda.matmul.fp32_precision = precision
                     fixed, planner, pick, reason, excluded, note = _family(family, graph, inp, cuda, label)
-                    backends = {b: _measure(fn, family, inp, device, args) for b, fn in fixed.items()}
-                    mine = _measure(planner, family, inp, device, args)
+                    backends, mine = _measure_family(fixed, planner, family, inp, device, args)
                 finally:
                     torch.backends.cuda.matmul.fp32_precision = saved_precision
                 row = verdict(dict(graph=name, layer=OPS[family], impl="gnnio (planner)",
                                    family=family, dtype=label, **mine, backends=backends,
                                    excluded=excluded, planner_pick=pick, plan_reason=reason,
+                                   one_kernel=note is not None,
                                    fp32_precision=precision))
                 if note:
                     row["note"] = note
@@ -134,7 +230,9 @@ def run_graph(data, fp, args, result, save, clock):
                 log(f"  {family:9s} {label:12s} " + "  ".join(
                     f"{b} {_ms(m['fwd_ms'])}/{_ms(m['fwd_bwd_ms'])}" for b, m in backends.items())
                     + f"  planner[{pick}] {_ms(row['fwd_ms'])}/{_ms(row['fwd_bwd_ms'])}  "
-                    f"ratio {_x(row['ratio_fwd'])}/{_x(row['ratio_fwd_bwd'])}")
+                    f"ratio {_x(row['ratio_fwd'])}/{_x(row['ratio_fwd_bwd'])}"
+                    + "".join(f"  {p}: {row[f'miss_{p}']}" for p in ("fwd", "fwd_bwd")
+                              if row[f"miss_{p}"]))
                 del inp
                 if cuda:
                     torch.cuda.empty_cache()

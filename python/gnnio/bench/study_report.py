@@ -91,29 +91,40 @@ def reorder_markdown(result):
 
 
 def planner_markdown(result):
+    from gnnio.bench.study_planner import verdict
+
     lines = _head(result, "Planner study", (
-        "Each fixed backend and the planner's automatic choice (its own call path) on the same "
-        "graph and inputs; ratio = planner / fastest fixed backend of that pass, from the "
-        "measured times (above 1: the planner is slower; the planner running the same kernel "
-        "as a fixed backend shows the run-to-run noise). A backend marked * is shown but not "
-        "counted (see the notes)."))
+        "Each fixed backend and the planner's automatic choice (its default call path) on the "
+        "same graph and inputs, timed the same way and interleaved round by round; ratio = "
+        "planner / fastest fixed backend of that pass (above 1: the planner is slower), split "
+        "into pick / fastest (the planner's choice run as a fixed backend: what the choice "
+        "costs) and planner / pick (what the planner's own call adds, and noise). A miss is "
+        "'same kernel' when the planner ran the fastest backend's kernel, 'other kernel' when "
+        "it chose another. A backend marked * is shown but not counted (see the notes)."))
     lines += ["| graph | family | dtype | pass | fixed backends | fastest | planner pick | planner "
-              "| planner / fastest | within 10% |", "|---|---|---|---|---|---|---|---|---|---|"]
-    total, misses, notes = 0, [], {}
+              "| planner / fastest | pick / fastest | planner / pick | within 10% |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    total, misses, notes, kinds = 0, [], {}, {}
     for r in result["rows"]:
+        if "miss_fwd" not in r:  # a results file from before the split: derive it
+            r = verdict(dict(r, one_kernel=bool(r.get("note"))))
         for key, label, suffix in (("fwd_ms", "fwd", "fwd"), ("fwd_bwd_ms", "fwd+bwd", "fwd_bwd")):
             fixed = ", ".join(f"{b}{'*' if b in r['excluded'] else ''} {_ms(m.get(key))}"
                               for b, m in r["backends"].items())
             ratio, ok = r.get(f"ratio_{suffix}"), r.get(f"within_10pct_{suffix}")
+            miss = r.get(f"miss_{suffix}")
             if ok is not None:
                 total += 1
                 if not ok:
-                    misses.append(f"{r['graph']} {r['family']} {r['dtype']} {label} ({ratio:.2f}x)")
+                    misses.append(f"{r['graph']} {r['family']} {r['dtype']} {label} ({ratio:.2f}x, "
+                                  f"{miss})")
+                    kinds[miss] = kinds.get(miss, 0) + 1
             lines.append(
                 f"| {r['graph']} | {r['family']} | {r['dtype']} | {label} | {fixed} | "
                 f"{r.get(f'fastest_{suffix}') or '—'} | {r['planner_pick']} | {_ms(r.get(key))} | "
-                f"{'—' if ratio is None else f'{ratio:.2f}x'} | "
-                f"{'—' if ok is None else ('yes' if ok else '**no**')} |")
+                f"{_x(ratio)} | {_x(r.get(f'pick_ratio_{suffix}'))} | "
+                f"{_x(r.get(f'overhead_ratio_{suffix}'))} | "
+                f"{'—' if ok is None else ('yes' if ok else f'**no** ({miss})')} |")
         for b, why in r["excluded"].items():
             notes.setdefault(f"{b}* ({r['family']}, {r['dtype']})", {})[why] = None
         if r.get("note"):
@@ -121,12 +132,17 @@ def planner_markdown(result):
         for b, m in [*r["backends"].items(), ("planner", r)]:
             if m.get("error"):
                 notes.setdefault(f"{r['graph']} {r['family']} {r['dtype']} {b}", {})[m["error"]] = None
+    split = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
     lines += ["", f"**{total - len(misses)} of {total}** (graph, family, dtype, pass) within 10% "
               "of the fastest fixed backend."
-              + (" Not within: " + "; ".join(misses) + "." if misses else "")]
+              + (f" Not within ({split}): " + "; ".join(misses) + "." if misses else "")]
     if notes:
         lines += ["", "Notes:"] + [f"- {k}: {'; '.join(v)}" for k, v in notes.items()]
     return "\n".join(lines) + "\n"
+
+
+def _x(v):
+    return "—" if v is None else f"{v:.2f}x"
 
 
 if __name__ == "__main__":
