@@ -317,7 +317,7 @@ def head_scores(x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         att: ``[A, H, C]`` with A from 1 to 4 (PyG's ``att_src`` is ``[1, H, C]``), any float
             dtype; the products are summed in float32 (float64 for float64 ``x``).
 
-    Returns ``[A, N, H]`` in ``torch.result_type(x, att)`` (PyG's dtype), so ``out[a]`` is
+    Returns ``[A, N, H]`` in ``torch.promote_types(x.dtype, att.dtype)`` (PyG's dtype), so ``out[a]`` is
     vector a's ``[N, H]`` score. Differentiable in ``x`` and ``att``.
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or not x.dtype.is_floating_point:
@@ -331,5 +331,5 @@ def head_scores(x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"head_scores: att is on {att.device} but x is on {x.device}")
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     score = _ops.head_scores(x.contiguous(), att.to(acc).contiguous())
-    out_dtype = torch.result_type(x, att)
+    out_dtype = torch.promote_types(x.dtype, att.dtype)  # traceable by torch.compile
     return score if out_dtype == acc else score.to(out_dtype)

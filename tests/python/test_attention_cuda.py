@@ -143,16 +143,18 @@ def test_cuda_matches_cpu_and_masks_agree(kind):
     assert (out.cpu() - cpu_out).abs().max().item() <= 1e-4 * max(scale, 1.0)
 
 
-def test_deterministic_bitwise():
-    ei, (ns, nd) = GRAPHS["hub_in"]
+@pytest.mark.parametrize("kind", ["gat", "gatv2"])
+def test_deterministic_bitwise(kind):
+    ei = torch.cat([GRAPHS["hub_in"][0], GRAPHS["hub_out"][0]], 1)
+    ns = nd = GRAPHS["hub_in"][1][0]
     gen = torch.Generator().manual_seed(3)
-    value, ops = operands("gatv2", ns, nd, ei.size(1), True, torch.float32, gen)
+    value, ops = operands(kind, ns, nd, ei.size(1), True, torch.float32, gen)
     g = gnnio.Graph(ei.cuda(), size=(ns, nd))
     runs = []
     for _ in range(2):
         v = value.cuda().requires_grad_()
         leaves = {k: t.cuda().requires_grad_() for k, t in ops.items()}
-        out = gnnio.ops.graph_attention(g, "gatv2", v, **leaves, dropout=0.1, seed=5)
+        out = gnnio.ops.graph_attention(g, kind, v, **leaves, dropout=0.1, seed=5)
         grads = torch.autograd.grad(out, [v] + list(leaves.values()), torch.ones_like(out))
         runs.append([out] + list(grads))
     for a, b in zip(*runs):
@@ -397,3 +399,43 @@ def test_cuda_gatv2_key_is_value_and_att_sums(monkeypatch, heads, channels, hubs
         err, scale = (got.cpu().double() - want).abs().max().item(), want.abs().max().item()
         rel = 4 * math.sqrt(terms) * EPS32
         assert err <= rel * scale, f"{what}: error {err:.3g} > {rel:.2g} x scale {scale:.3g}"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("slot_grads", ["0", "1"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("edge_terms", [False, True])
+@pytest.mark.parametrize("hubs", [False, True])
+def test_cuda_gat_destination_grads_from_slots(monkeypatch, hubs, edge_terms, dtype, slot_grads):
+    """GAT's d dst_score and d edge_score summed from pass B's per-slot values (the default)
+    or by pass A (GNNIO_GAT_SLOT_GRADS=0), with dropout, with and without super nodes in both
+    directions; float32 d edge_score is written in place (slot_grad aliases it), bfloat16 is
+    copied. Against float64 on the CPU from the same rounded operands: fp32 accumulation over up
+    to L terms, sqrt(L) eps32 (4x margin), plus one rounding to the output dtype."""
+    monkeypatch.setenv("GNNIO_GAT_SLOT_GRADS", slot_grads)
+    if hubs:
+        ei = torch.cat([GRAPHS["hub_in"][0], GRAPHS["hub_out"][0]], 1)
+        ns = nd = GRAPHS["hub_in"][1][0]
+    else:
+        ei, n = random_graph(3000, 40000, generator=torch.Generator().manual_seed(3))
+        ns = nd = n
+    gen = torch.Generator().manual_seed(torch.seed())
+    value, ops = operands("gat", ns, nd, ei.size(1), edge_terms, dtype, gen)
+    dout = torch.randn(nd, H, C, generator=gen).to(dtype)
+    g = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    names = ["value"] + list(ops)
+    dev = [t.cuda().requires_grad_() for t in [value] + list(ops.values())]
+    out = gnnio.ops.graph_attention(g, "gat", dev[0], dropout=0.3, seed=11,
+                                    **dict(zip(names[1:], dev[1:])))
+    grads = torch.autograd.grad(out, dev, dout.cuda())
+    ge = gnnio.Graph(ei, size=(ns, nd))
+    ref = [t.double().requires_grad_() for t in [value] + list(ops.values())]
+    out_e = gnnio.ops.graph_attention(ge, "gat", ref[0], dropout=0.3, seed=11,
+                                      **dict(zip(names[1:], ref[1:])))
+    want = torch.autograd.grad(out_e, ref, dout.double())
+    max_degree = max(torch.bincount(ei[0]).max().item(), torch.bincount(ei[1]).max().item())
+    out_eps = torch.finfo(dtype).eps
+    for name, got, exact in zip(names, grads, want):
+        err, scale = (got.cpu().double() - exact).abs().max().item(), exact.abs().max().item()
+        rel = 4 * math.sqrt(max_degree) * EPS32 + out_eps
+        assert err <= rel * scale, f"d {name}: error {err:.3g} > {rel:.2g} x scale {scale:.3g}"

@@ -329,7 +329,9 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(Atte
 #pragma unroll
       for (int t = 0; t < CPL; ++t) gval[t] += prob_r * gi[u][t];
       if constexpr (K == ScoreKind::kGat) {
-        g_score += de * (z[0] > 0.0f ? 1.0f : slope);
+        const float gz = de * (z[0] > 0.0f ? 1.0f : slope);
+        g_score += gz;
+        if (b.slot_grad && g.sub == 0) b.slot_grad[k[u] * H + h] = gz;
         continue;
       }
 #pragma unroll
@@ -365,6 +367,33 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(Atte
     static_cast<scalar_t*>(b.grad_src_score)[j * H + h] = from_acc<scalar_t>(g_score);
   store_row<scalar_t, L, CPL>(b.grad_value, (j * H + h) * C, g, C, p.vector_io, gval);
   store_row<scalar_t, L, CPL>(b.grad_key, (j * H + h) * C, g, C, p.vector_io, gkey);
+}
+
+// GAT's destination side from pass B's per-slot d scores: one thread per (task, head) of the
+// csr_by_dst split adds its slots in slot order (pass A's order), a light row into
+// grad_dst_score and a heavy row's item into its partial for merge_kernel, and copies them to
+// grad_edge_score when that is not slot_grad itself.
+template <typename scalar_t, typename index_t>
+__global__ void slot_sum_kernel(AttentionBackwardParams b, Partials part) {
+  const AttentionParams& p = b.fwd;
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t H = p.heads, task = t / H, h = t % H;
+  if (task >= p.num_dst + p.split.num_items) return;
+  int64_t i, begin, end;
+  if (!task_range<index_t>(p.rowptr, p.split, task, i, begin, end)) return;
+  const float* sg = b.slot_grad;
+  auto* edge_out = static_cast<scalar_t*>(b.grad_edge_score);
+  const bool copy = edge_out && static_cast<const void*>(edge_out) != static_cast<const void*>(sg);
+  float sum = 0.0f;
+  for (int64_t k = begin; k < end; ++k) {
+    const float v = sg[k * H + h];
+    sum += v;
+    if (copy) edge_out[k * H + h] = from_acc<scalar_t>(v);
+  }
+  if (task < p.split.num_items)
+    part.base[(task * H + h) * part.stride] = sum;
+  else if (b.grad_dst_score)
+    static_cast<scalar_t*>(b.grad_dst_score)[i * H + h] = from_acc<scalar_t>(sum);
 }
 
 // One block per (heavy row, head) adds the row's work items: lane group q sums items q, q + G,
@@ -455,9 +484,30 @@ int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b) {
   return blocks;
 }
 
+bool attention_backward_cuda_gat_slot_grads(const AttentionBackwardParams& b) {
+  // Policy: for GAT, pass A's only work is d dst_score (and d edge_score), scalars per slot that
+  // pass B computes anyway: writing them (nnz x H floats, 0.27 GB on powerlaw-1M-16M at 4
+  // heads) and summing them per destination replaces pass A's second gather of a value row per
+  // edge (pass A was 6.8 of GATConv's 26.8 ms there). GNNIO_GAT_SLOT_GRADS=0 keeps pass A (A/B).
+  if (b.fwd.kind != ScoreKind::kGat || b.grad_edge_value || !(b.grad_dst_score || b.grad_edge_score))
+    return false;
+  const char* knob = std::getenv("GNNIO_GAT_SLOT_GRADS");
+  return !(knob && knob[0] == '0');
+}
+
+namespace {
+// slot_grad aliases grad_edge_score when that is float32 (the same values, already in place).
+bool slot_grad_is_edge_grad(const AttentionBackwardParams& b) {
+  return b.grad_edge_score && b.fwd.scalar_type == ScalarType::kFloat32;
+}
+}  // namespace
+
 size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b) {
   const int64_t per = b.fwd.heads * (1 + 2 * b.fwd.channels);
-  return static_cast<size_t>((b.fwd.split.num_items + b.split_t.num_items) * per) * sizeof(float);
+  int64_t floats = (b.fwd.split.num_items + b.split_t.num_items) * per;
+  if (attention_backward_cuda_gat_slot_grads(b) && !slot_grad_is_edge_grad(b))
+    floats += b.fwd.nnz * b.fwd.heads;
+  return static_cast<size_t>(floats) * sizeof(float);
 }
 
 void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, void* stream) {
@@ -475,7 +525,8 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
   GNNIO_CHECK(!b.key_grad_into_value || (p.key == p.value && b.grad_value && !b.grad_key),
               ErrorKind::kInvalidArgument,
               "graph_attention backward: key_grad_into_value needs key == value and grad_value only");
-  const bool need_b = b.grad_src_score || b.grad_key || b.grad_value;
+  const bool by_slots = attention_backward_cuda_gat_slot_grads(b);
+  const bool need_b = b.grad_src_score || b.grad_key || b.grad_value || by_slots;
   dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
@@ -485,6 +536,9 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
         const int64_t H = p.heads;
         AttentionBackwardParams q = b;
         set_dropout_test(q.fwd);
+        if (by_slots)
+          q.slot_grad = slot_grad_is_edge_grad(b) ? static_cast<float*>(b.grad_edge_score)
+                                                  : part_b.base + b.split_t.num_items * H * stride;
         const size_t smem = (kThreads / L) * stride * sizeof(float);
         q.fwd.vector_io = rows_aligned(p, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
                                                 b.grad_edge_key, b.grad_edge_value});
@@ -492,7 +546,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * H * L), kThreads, 0, s>>>(q);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
-        if (need_a && p.num_dst > 0) {
+        if (need_a && p.num_dst > 0 && !by_slots) {
           GNNIO_CHECK(b.att_blocks == 0 || (b.grad_att_partial && b.att_blocks == pass_a_blocks(p, L)),
                       ErrorKind::kInvalidArgument,
                       "graph_attention backward: att_blocks must be attention_backward_cuda_att_blocks(b)");
@@ -520,6 +574,13 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           if (b.split_t.num_heavy > 0)
             merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(b.split_t.num_heavy * H), kThreads, smem, s>>>(
                 b.split_t, part_b, H, p.channels, q.fwd.vector_io, b.grad_src_score, b.grad_value, b.grad_key, false, -1);
+          GNNIO_CUDA_CHECK(cudaGetLastError());
+        }
+        if (by_slots && p.num_dst > 0) {
+          slot_sum_kernel<scalar_t, index_t><<<blocks_for((p.num_dst + p.split.num_items) * H), kThreads, 0, s>>>(q, part_a);
+          if (p.split.num_heavy > 0)  // the same merge as pass A's, with only the scalar output
+            merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kThreads, smem, s>>>(
+                p.split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, nullptr, nullptr, true, -1);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
       });

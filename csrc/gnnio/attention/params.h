@@ -110,6 +110,11 @@ struct AttentionBackwardParams {
   // attention_backward_cuda_att_blocks) one row per pass-A block then one per heavy row,
   // [att_blocks + split.num_heavy, H, C]: the same sum, 1/(rows per block) of the memory.
   int64_t att_blocks = 0;
+  // GAT on CUDA (attention_backward_cuda_gat_slot_grads): pass B writes each slot's d score
+  // gz [nnz, H] float32 here (inside the workspace, or grad_edge_score itself when that is
+  // float32) and d dst_score is summed from it per destination, instead of pass A gathering a
+  // value row per edge again. Set by attention_backward_cuda, not by the caller.
+  float* slot_grad = nullptr;
 };
 
 void attention_forward_cpu(const AttentionParams& p);
@@ -121,6 +126,8 @@ size_t attention_forward_cuda_workspace_bytes(const AttentionParams& p);
 size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b);
 // att_blocks for b (grad_att_partial's per-block layout), or 0 for the per-destination one.
 int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b);
+// Whether GAT's destination-side gradients come from pass B's per-slot values (see slot_grad).
+bool attention_backward_cuda_gat_slot_grads(const AttentionBackwardParams& b);
 void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream);
 void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, void* stream);
 #endif
