@@ -313,7 +313,8 @@ def head_scores(x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
     N x H x C product is stored in either pass.
 
     Args:
-        x: ``[N, H, C]`` float32/float64 (CPU and CUDA), float16/bfloat16 (CUDA).
+        x: ``[N, H, C]`` float32, float64, float16 or bfloat16 (on the CPU the 16-bit types
+            are upcast to float32 first: the same products and fp32 sums as the CUDA kernel).
         att: ``[A, H, C]`` with A from 1 to 4 (PyG's ``att_src`` is ``[1, H, C]``), any float
             dtype; the products are summed in float32 (float64 for float64 ``x``).
 
@@ -330,6 +331,8 @@ def head_scores(x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
     if att.device != x.device:
         raise ValueError(f"head_scores: att is on {att.device} but x is on {x.device}")
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    out_dtype = torch.promote_types(x.dtype, att.dtype)  # PyG's; traceable by torch.compile
+    if x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()  # the CPU kernels are fp32/fp64: an exact upcast, the CUDA precision model
     score = _ops.head_scores(x.contiguous(), att.to(acc).contiguous())
-    out_dtype = torch.promote_types(x.dtype, att.dtype)  # traceable by torch.compile
     return score if out_dtype == acc else score.to(out_dtype)

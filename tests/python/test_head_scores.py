@@ -124,11 +124,23 @@ def test_refuses_bad_shapes(x_shape, att_shape):
         head_scores(torch.randn(x_shape), torch.randn(att_shape))
 
 
-def test_refuses_integer_x_and_cpu_half():
+def test_refuses_integer_x():
     with pytest.raises(ValueError, match="floating-point"):
         head_scores(torch.ones(3, 2, 4, dtype=torch.long), torch.randn(1, 2, 4))
-    with pytest.raises(ValueError, match="float32 and float64"):
-        head_scores(torch.randn(3, 2, 4).bfloat16(), torch.randn(1, 2, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cpu_half_types_follow_the_cuda_precision_model(dtype):
+    """16-bit x on the CPU: float32 sums of the exact products, each result rounded once (to the
+    promoted dtype for the scores, to x's dtype for d x), as the CUDA kernel does."""
+    gen = torch.Generator().manual_seed(torch.seed())
+    x, att, g = operands(300, 2, 4, 32, dtype, "cpu", gen)
+    score, gx, gatt = run(x, att, g)
+    assert score.dtype == dtype and gx.dtype == dtype and gatt.dtype == dtype
+    ref_score, ref_gx, ref_gatt = run(x.float(), att.float(), g.float())
+    assert torch.equal(score, ref_score.to(dtype))
+    assert torch.equal(gx, ref_gx.to(dtype))
+    assert torch.equal(gatt, ref_gatt.to(dtype))
 
 
 def test_opcheck():
