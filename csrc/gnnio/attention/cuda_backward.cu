@@ -542,7 +542,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
         const size_t smem = (kThreads / L) * stride * sizeof(float);
         q.fwd.vector_io = rows_aligned(p, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
                                                 b.grad_edge_key, b.grad_edge_value});
-        if (p.num_dst > 0) {
+        if (p.num_dst > 0 && !b.delta_ready) {
           delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * H * L), kThreads, 0, s>>>(q);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }

@@ -40,15 +40,40 @@ std::vector<at::Tensor> graph_attention_backward_cuda_impl(
   const c10::cuda::CUDAGuard guard(value.device());
   const auto in = attention_backward_inputs(rowptr, col, kind, value, operands, num_dst, coeffs, seed,
                                             rowptr_t, col_t, t2c, splits, light_max);
-  AttentionGrads g;
   const auto g_out = grad_out.contiguous();
-  const auto b = attention_backward_params(in, out, stats, g_out, needs, g);
-  translate_errors([&] {
-    auto ws = at::empty({static_cast<int64_t>(attention_backward_cuda_workspace_bytes(b))},
-                        value.options().dtype(at::kByte));
-    attention_backward_cuda(b, ws.data_ptr(), at::cuda::getCurrentCUDAStream().stream());
-  });
-  return attention_finish_grads(in, g);
+  auto run = [&](const AttentionBackwardParams& b) {
+    translate_errors([&] {
+      auto ws = at::empty({static_cast<int64_t>(attention_backward_cuda_workspace_bytes(b))},
+                          value.options().dtype(at::kByte));
+      attention_backward_cuda(b, ws.data_ptr(), at::cuda::getCurrentCUDAStream().stream());
+    });
+  };
+  // GATv2's per-destination d att partial (N x H x C floats) is read by pass A only: run pass A
+  // first without pass B's gradients, reduce and free the partial, then allocate those and run
+  // pass B on the same D_i. The partial and grad_value (0.5 GiB each on powerlaw-1M-16M at
+  // 4 x 32) are then never alive together.
+  const bool pass_b_needed = needs[0] || needs[1 + kSrcScore] || needs[1 + kKey];
+  const bool split = kind == 1 && needs[1 + kAtt] && in.operands[kAtt].has_value() && pass_b_needed;
+  if (!split) {
+    AttentionGrads g;
+    run(attention_backward_params(in, out, stats, g_out, needs, g));
+    return attention_finish_grads(in, g);
+  }
+  std::vector<int64_t> needs_a(needs.begin(), needs.end()), needs_b(9, 0);
+  for (int i : {0, 1 + kSrcScore, 1 + kKey}) needs_b[i] = needs[i], needs_a[i] = 0;
+  AttentionGrads ga, gb;
+  const auto pass_a = attention_backward_params(in, out, stats, g_out, needs_a, ga);
+  run(pass_a);
+  auto grads = attention_finish_grads(in, ga);  // reduces d att
+  ga.att_partial = at::Tensor();                // and frees its partial
+  auto pass_b = attention_backward_params(in, out, stats, g_out, needs_b, gb);
+  pass_b.delta = pass_a.delta;
+  pass_b.delta_ready = true;
+  run(pass_b);
+  grads[0] = gb.value;
+  grads[1 + kSrcScore] = gb.operands[kSrcScore];
+  grads[1 + kKey] = gb.operands[kKey];
+  return grads;
 }
 
 }  // namespace

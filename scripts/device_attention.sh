@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One device call for an attention change: build, the attention family's CUDA tests (TEST_S),
+# then the powerlaw-1M-16M attention rows in DTYPES (ATT_S each). Pass GNNIO_COMMIT=<sent commit>.
+set -uo pipefail
+T0=$(date +%s)
+OUT=${OUT:-/tmp/gnnio-out}
+mkdir -p "$OUT/build"
+if [ "${BUILD:-1}" = 1 ]; then
+  OUT="$OUT/build" bash scripts/device_run.sh build > "$OUT/build-stage.log" 2>&1 || { tail -30 "$OUT/build-stage.log"; exit 1; }
+  echo "build: $(( $(date +%s) - T0 )) s"
+fi
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
+if [ "${TEST_S:-200}" -gt 0 ]; then
+  timeout "${TEST_S:-200}" python3 -m pytest tests/python/test_head_scores.py tests/python/test_attention_cuda.py \
+    tests/python/test_layers.py -m cuda -q -p no:cacheprovider > "$OUT/pytest-attention.log" 2>&1
+  echo "tests: $(( $(date +%s) - T0 )) s"
+fi
+for dtype in ${DTYPES:-float32}; do
+  timeout "${ATT_S:-140}" python3 -m gnnio.bench --warmup 3 --repeat 10 --no-plot --dtype "$dtype" \
+    --out "$OUT/nvidia-h200-attention-powerlaw-$dtype.json" --graphs powerlaw-1M-16M \
+    --layers "graph_attention(gat),graph_attention(gatv2),graph_attention(dot),GATConv,GATv2Conv,TransformerConv" \
+    > "$OUT/bench-attention-$dtype.log" 2>&1 || echo "attention $dtype: stopped (rc $?)"
+  echo "bench $dtype: $(( $(date +%s) - T0 )) s"
+done
+echo "=== pytest"; grep -E "^(FAILED|ERROR)" "$OUT/pytest-attention.log" | cut -c1-200 | head -20
+tail -1 "$OUT/pytest-attention.log" | cut -c1-200
+echo "=== attention"; grep -hE "powerlaw-1M-16M" "$OUT"/nvidia-h200-attention-powerlaw-*.md | cut -c1-220
