@@ -1,12 +1,16 @@
 // Autograd of gnnio::graph_attention: the forward saves only its inputs, out (float32 out_acc for
 // bf16/fp16 values) and the softmax stats (O(N x H x C) and O(N x H));
-// graph_attention_backward recomputes the weights from them.
+// graph_attention_backward recomputes the weights from them. On CUDA the backward reads out only
+// for D_i = dout_i . out_i: it forms D first (graph_attention_delta) and, unless the graph is
+// kept for another backward, lets go of out before the gradients are allocated (one N x H x C
+// buffer less at the backward's peak).
 #include <cstdlib>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/library.h>
 
 #include "attention_common.h"
@@ -64,23 +68,31 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     for (int64_t n : needs) any |= n != 0;
     // grad_enabled: the caller's grad mode (inside forward it is always off).
     const bool keep_acc = grad_enabled && any && low_precision(value);
-    at::AutoDispatchBelowADInplaceOrView guard;
     static auto op = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("gnnio::graph_attention", "")
                          .typed<ForwardSig>();
     // For bf16/fp16 values the backward forms D_i from the unrounded out (params.h), which the
     // forward then keeps (float32) in place of the rounded one, whatever the caller asked.
-    auto [out, stats, weights, out_acc] =
-        op.call(rowptr, col, kind, value, src_score, dst_score, edge_score, query, key, edge_key,
-                att, edge_value, num_dst, negative_slope, scale, dropout, seed, need_weights,
-                rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree, heavy_src,
-                heavy_src_items, light_max_out_degree, save_out_acc || keep_acc);
+    // (The dispatch guard is scoped to the call: the detach() below must share out's version
+    // counter, which the ADInplaceOrView kernel sets up.)
+    auto [out, stats, weights, out_acc] = [&] {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      return op.call(rowptr, col, kind, value, src_score, dst_score, edge_score, query, key,
+                     edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,
+                     need_weights, rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree,
+                     heavy_src, heavy_src_items, light_max_out_degree, save_out_acc || keep_acc);
+    }();
     ctx->mark_non_differentiable({stats, weights, out_acc});
     ctx->save_for_backward({rowptr, col, value, plain(src_score), plain(dst_score),
                             plain(edge_score), plain(query), plain(key), plain(edge_key),
                             plain(att), plain(edge_value), rowptr_t, col_t, t2c, plain(heavy_rows),
-                            plain(heavy_items), plain(heavy_src), plain(heavy_src_items),
-                            keep_acc ? out_acc : out, stats});
+                            plain(heavy_items), plain(heavy_src), plain(heavy_src_items), stats});
+    // out is kept outside the saved variables so that the backward can drop it early: a
+    // detached alias (no reference back to this node) with the version counter it shares, checked
+    // in the backward as autograd checks a saved variable.
+    const at::Tensor& kept = keep_acc ? out_acc : out;
+    ctx->saved_data["out"] = kept.detach();
+    ctx->saved_data["out_version"] = static_cast<int64_t>(kept._version());
     ctx->saved_data["kind"] = kind;
     ctx->saved_data["num_dst"] = num_dst;
     ctx->saved_data["coeffs"] = std::vector<double>{negative_slope, scale, dropout};
@@ -109,10 +121,26 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     c10::List<OptTensor> splits;
     for (int i = 14; i < 18; ++i) splits.push_back(opt(s[i]));
     const auto coeffs = ctx->saved_data["coeffs"].toDoubleVector();
+    TORCH_CHECK(ctx->saved_data.count("out"),
+                "graph_attention: trying to backward through the graph a second time; specify "
+                "retain_graph=True the first time");
+    at::Tensor out = ctx->saved_data["out"].toTensor();
+    TORCH_CHECK(out._version() == ctx->saved_data["out_version"].toInt(),
+                "one of the variables needed for gradient computation has been modified by an "
+                "inplace operation: the output of gnnio::graph_attention");
+    const at::Tensor grad_out = grads[0].contiguous();
+    if (s[2].is_cuda()) {
+      static auto delta_op = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("gnnio::graph_attention_delta", "")
+                                 .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+      at::Tensor delta = delta_op.call(out, grad_out);
+      if (!torch::autograd::get_current_graph_task_keep_graph()) ctx->saved_data.erase("out");
+      out = delta;  // the last reference to out here: freed unless the caller holds it
+    }
     auto g = op.call(s[0], s[1], ctx->saved_data["kind"].toInt(), s[2], operands,
                      ctx->saved_data["num_dst"].toInt(), coeffs, ctx->saved_data["seed"].toInt(),
                      s[11], s[12], s[13], splits, ctx->saved_data["light_max"].toIntVector(),
-                     s[18], s[19], grads[0].contiguous(), needs);
+                     out, s[18], grad_out, needs);
     for (int i = 0; i < 9; ++i)
       if (needs[i] == 1) result[kValueArg + i] = g[i];
     return result;
@@ -141,6 +169,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_autog
 TORCH_LIBRARY_IMPL(gnnio, Autograd, m) {
   m.impl("graph_attention", &graph_attention_autograd);
   m.impl("graph_attention_backward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("graph_attention_delta", torch::autograd::autogradNotImplementedFallback());
 }
 
 }  // namespace gnnio::binding

@@ -126,6 +126,11 @@ TORCH_LIBRARY(gnnio, m) {
   m.def("head_scores(Tensor x, Tensor att) -> Tensor");
   m.def("head_scores_backward(Tensor x, Tensor att, Tensor grad_score, bool x_grad, "
         "bool att_grad) -> (Tensor grad_x, Tensor grad_att)");
+  // D_i = grad_out_i . out_i per (destination, head), [num_dst, H] float32, in the CUDA
+  // backward's summation order (out: the forward's out, or its float32 out_acc for bf16/fp16
+  // grad_out). graph_attention_backward takes it in place of out, so the autograd can free out
+  // before the gradients are allocated. CUDA only.
+  m.def("graph_attention_delta(Tensor out, Tensor grad_out) -> Tensor");
   // Parses the bytes of a Matrix Market file (uint8 tensor).
   m.def("parse_mtx(Tensor text) -> (Tensor row, Tensor col, Tensor value, int num_rows, "
         "int num_cols, bool symmetric)");

@@ -91,6 +91,11 @@ def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_s
             value.new_empty((num_dst, heads, channels) if keep_acc else (0,), dtype=acc))
 
 
+@torch.library.register_fake("gnnio::graph_attention_delta")
+def _graph_attention_delta_fake(out, grad_out):
+    return grad_out.new_empty(grad_out.size(0), grad_out.size(1), dtype=torch.float32)
+
+
 @torch.library.register_fake("gnnio::graph_attention_backward")
 def _graph_attention_backward_fake(rowptr, col, kind, value, operands, num_dst, coeffs, seed,
                                    rowptr_t, col_t, t2c, splits, light_max, out, stats,

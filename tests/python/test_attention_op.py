@@ -346,3 +346,39 @@ def test_fake_out_acc_only_for_low_precision(dtype):
     low = dtype != torch.float32
     assert res[3].dtype == torch.float32
     assert tuple(res[3].shape) == ((n, 2, 4) if low else (0,))
+
+
+def _saved_out_case(device):
+    ei, n = random_graph(300, 3000, generator=torch.Generator().manual_seed(4))
+    g = gnnio.Graph(ei.to(device), num_nodes=n)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(n, 2, 8, generator=gen).to(device).requires_grad_()
+    q = torch.randn(n, 2, 8, generator=gen).to(device).requires_grad_()
+    att = torch.randn(2, 8, generator=gen).to(device).requires_grad_()
+    return g, x, q, att
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_retain_graph_second_backward_same_gradients(device):
+    """The backward may let go of out (CUDA, once D_i is formed) only when the graph is not kept:
+    a second backward after retain_graph=True gives the same gradients."""
+    g, x, q, att = _saved_out_case(device)
+    out = gnnio.ops.graph_attention(g, "gatv2", x, query=q, key=x, att=att)
+    gout = torch.randn_like(out)
+    first = torch.autograd.grad(out, (x, q, att), gout, retain_graph=True)
+    second = torch.autograd.grad(out, (x, q, att), gout)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    with pytest.raises(RuntimeError, match="second time"):
+        torch.autograd.grad(out, (x, q, att), gout)
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_inplace_change_of_out_is_refused(device):
+    g, x, q, att = _saved_out_case(device)
+    out = gnnio.ops.graph_attention(g, "gatv2", x, query=q, key=x, att=att)
+    loss = out.sum()
+    with torch.no_grad():
+        out.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

@@ -510,6 +510,29 @@ size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b)
   return static_cast<size_t>(floats) * sizeof(float);
 }
 
+void attention_delta_cuda(const AttentionBackwardParams& b, void* stream) {
+  const AttentionParams& p = b.fwd;
+  GNNIO_CHECK(p.scalar_type != ScalarType::kFloat64 && p.channels <= kMaxCudaChannels,
+              ErrorKind::kInvalidArgument,
+              "graph_attention delta on CUDA: float32/float16/bfloat16 and <= 256 channels");
+  auto s = static_cast<cudaStream_t>(stream);
+  if (p.num_dst * p.heads == 0) return;
+  if (p.channels == 0) {
+    GNNIO_CUDA_CHECK(cudaMemsetAsync(b.delta, 0, p.num_dst * p.heads * sizeof(float), s));
+    return;
+  }
+  dispatch_cuda(p.scalar_type, IndexType::kInt32, [&](auto scalar, auto) {
+    using scalar_t = decltype(scalar);
+    if constexpr (!std::is_same_v<scalar_t, double>) {
+      dispatch_layout<scalar_t>(p.channels, [&](auto l, auto cpl) {
+        constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
+        delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * p.heads * L), kThreads, 0, s>>>(b);
+      });
+    }
+  });
+  GNNIO_CUDA_CHECK(cudaGetLastError());
+}
+
 void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, void* stream) {
   const AttentionParams& p = b.fwd;
   GNNIO_CHECK(p.scalar_type != ScalarType::kFloat64 && p.channels <= kMaxCudaChannels,

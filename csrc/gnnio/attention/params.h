@@ -133,6 +133,9 @@ int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b);
 bool attention_backward_cuda_gat_slot_grads(const AttentionBackwardParams& b);
 void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream);
 void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, void* stream);
+// D_i = dout_i . out_i (float32, b.delta) alone, in the backward's own lane order: reads only
+// fwd.{out or out_acc, num_dst, heads, channels, scalar_type} and grad_out.
+void attention_delta_cuda(const AttentionBackwardParams& b, void* stream);
 #endif
 
 }  // namespace gnnio

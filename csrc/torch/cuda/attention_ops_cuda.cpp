@@ -76,9 +76,31 @@ std::vector<at::Tensor> graph_attention_backward_cuda_impl(
   return grads;
 }
 
+at::Tensor graph_attention_delta_cuda_impl(const at::Tensor& out, const at::Tensor& grad_out) {
+  const c10::cuda::CUDAGuard guard(grad_out.device());
+  TORCH_CHECK_VALUE(grad_out.dim() == 3 && grad_out.is_contiguous() && out.sizes() == grad_out.sizes() &&
+                        out.is_contiguous() && out.device() == grad_out.device(),
+                    "graph_attention_delta: out and grad_out must be contiguous [num_dst, H, C] on one device");
+  const bool out_is_acc = low_precision(grad_out) && out.scalar_type() == at::kFloat;
+  TORCH_CHECK_TYPE(out.scalar_type() == grad_out.scalar_type() || out_is_acc,
+                   "graph_attention_delta: out must have grad_out's dtype (or be float32 out_acc)");
+  auto delta = at::empty({grad_out.size(0), grad_out.size(1)}, grad_out.options().dtype(at::kFloat));
+  AttentionBackwardParams b;
+  b.fwd.scalar_type = scalar_type_of(grad_out, "graph_attention_delta: grad_out");
+  b.fwd.num_dst = grad_out.size(0);
+  b.fwd.heads = grad_out.size(1);
+  b.fwd.channels = grad_out.size(2);
+  (out_is_acc ? b.fwd.out_acc : b.fwd.out) = const_cast<void*>(out.data_ptr());
+  b.grad_out = grad_out.data_ptr();
+  b.delta = delta.data_ptr();
+  translate_errors([&] { attention_delta_cuda(b, at::cuda::getCurrentCUDAStream().stream()); });
+  return delta;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(gnnio, CUDA, m) {
+  m.impl("graph_attention_delta", &graph_attention_delta_cuda_impl);
   m.impl("graph_attention", &graph_attention_cuda_impl);
   m.impl("graph_attention_backward", &graph_attention_backward_cuda_impl);
 }
