@@ -6,6 +6,7 @@
 // buffer less at the backward's peak).
 #include <cstdlib>
 
+#include <ATen/SavedTensorHooks.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/autograd.h>
@@ -83,16 +84,21 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
                      heavy_src, heavy_src_items, light_max_out_degree, save_out_acc || keep_acc);
     }();
     ctx->mark_non_differentiable({stats, weights, out_acc});
+    const at::Tensor& kept = keep_acc ? out_acc : out;
+    const bool hooked = at::SavedTensorDefaultHooks::get_hooks().has_value();
     ctx->save_for_backward({rowptr, col, value, plain(src_score), plain(dst_score),
                             plain(edge_score), plain(query), plain(key), plain(edge_key),
                             plain(att), plain(edge_value), rowptr_t, col_t, t2c, plain(heavy_rows),
-                            plain(heavy_items), plain(heavy_src), plain(heavy_src_items), stats});
-    // out is kept outside the saved variables so that the backward can drop it early: a
-    // detached alias (no reference back to this node) with the version counter it shares, checked
-    // in the backward as autograd checks a saved variable.
-    const at::Tensor& kept = keep_acc ? out_acc : out;
-    ctx->saved_data["out"] = kept.detach();
-    ctx->saved_data["out_version"] = static_cast<int64_t>(kept._version());
+                            plain(heavy_items), plain(heavy_src), plain(heavy_src_items), stats,
+                            hooked ? kept : at::Tensor()});
+    // Without saved-tensor hooks, out is kept outside the saved variables so that the backward
+    // can drop it early: a detached alias (no reference back to this node) with the version
+    // counter it shares, checked in the backward as autograd checks a saved variable. With hooks
+    // (checkpointing, offloading) it is a saved variable as any other, so that they see it.
+    if (!hooked) {
+      ctx->saved_data["out"] = kept.detach();
+      ctx->saved_data["out_version"] = static_cast<int64_t>(kept._version());
+    }
     ctx->saved_data["kind"] = kind;
     ctx->saved_data["num_dst"] = num_dst;
     ctx->saved_data["coeffs"] = std::vector<double>{negative_slope, scale, dropout};
@@ -108,6 +114,20 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     const std::vector<int64_t> needs = ctx->saved_data["needs"].toIntVector();
     bool any = false;
     for (int64_t n : needs) any |= n != 0;
+    // The detached out is this node's to release once the graph is not kept (autograd releases
+    // only the saved variables): taken out of saved_data here, on every path.
+    const bool keep_graph = torch::autograd::get_current_graph_task_keep_graph();
+    at::Tensor out = s[19];
+    if (!out.defined()) {
+      TORCH_CHECK(ctx->saved_data.count("out"),
+                  "graph_attention: out was released by an earlier backward (a second backward "
+                  "needs retain_graph=True the first time; or the first one failed part-way)");
+      out = ctx->saved_data["out"].toTensor();
+      TORCH_CHECK(out._version() == ctx->saved_data["out_version"].toInt(),
+                  "one of the variables needed for gradient computation has been modified by an "
+                  "inplace operation: the output of gnnio::graph_attention");
+      if (!keep_graph) ctx->saved_data.erase("out");
+    }
     if (!any || !grads[0].defined()) return result;
     // sym_numel: under torch.compile the saved tensors have symbolic sizes.
     TORCH_CHECK_VALUE(s[11].sym_numel() != 0,
@@ -121,21 +141,14 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     c10::List<OptTensor> splits;
     for (int i = 14; i < 18; ++i) splits.push_back(opt(s[i]));
     const auto coeffs = ctx->saved_data["coeffs"].toDoubleVector();
-    TORCH_CHECK(ctx->saved_data.count("out"),
-                "graph_attention: trying to backward through the graph a second time; specify "
-                "retain_graph=True the first time");
-    at::Tensor out = ctx->saved_data["out"].toTensor();
-    TORCH_CHECK(out._version() == ctx->saved_data["out_version"].toInt(),
-                "one of the variables needed for gradient computation has been modified by an "
-                "inplace operation: the output of gnnio::graph_attention");
     const at::Tensor grad_out = grads[0].contiguous();
     if (s[2].is_cuda()) {
       static auto delta_op = c10::Dispatcher::singleton()
                                  .findSchemaOrThrow("gnnio::graph_attention_delta", "")
                                  .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
-      at::Tensor delta = delta_op.call(out, grad_out);
-      if (!torch::autograd::get_current_graph_task_keep_graph()) ctx->saved_data.erase("out");
-      out = delta;  // the last reference to out here: freed unless the caller holds it
+      // Once D_i is formed this is the last reference to out (unless the graph is kept, a hook
+      // holds it, or the caller does): the gradients below can reuse its memory.
+      out = delta_op.call(out, grad_out);
     }
     auto g = op.call(s[0], s[1], ctx->saved_data["kind"].toInt(), s[2], operands,
                      ctx->saved_data["num_dst"].toInt(), coeffs, ctx->saved_data["seed"].toInt(),

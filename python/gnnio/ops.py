@@ -325,8 +325,8 @@ def head_scores(x: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"head_scores: x must be a floating-point [N, heads, channels] Tensor, got "
                          f"{list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
     if (not isinstance(att, torch.Tensor) or att.dim() != 3 or not 1 <= att.size(0) <= 4
-            or att.shape[1:] != x.shape[1:]):
-        raise ValueError(f"head_scores: att must be a [1 to 4, {x.size(1)}, {x.size(2)}] Tensor, got "
+            or att.shape[1:] != x.shape[1:] or not att.dtype.is_floating_point):
+        raise ValueError(f"head_scores: att must be a floating-point [1 to 4, {x.size(1)}, {x.size(2)}] Tensor, got "
                          f"{list(att.shape) if isinstance(att, torch.Tensor) else type(att).__name__}")
     if att.device != x.device:
         raise ValueError(f"head_scores: att is on {att.device} but x is on {x.device}")

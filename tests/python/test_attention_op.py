@@ -382,3 +382,23 @@ def test_inplace_change_of_out_is_refused(device):
         out.mul_(2)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_saved_tensor_hooks_see_out():
+    """With saved-tensor hooks active (checkpointing, offloading) out is a saved variable like
+    the others, so the hooks see it; the gradients are the same as without hooks."""
+    g, x, q, att = _saved_out_case("cpu")
+    gout = torch.randn(x.shape, generator=torch.Generator().manual_seed(9))
+    out = gnnio.ops.graph_attention(g, "gatv2", x, query=q, key=x, att=att)
+    plain = torch.autograd.grad(out, (x, q, att), gout)
+    packed = []
+
+    def pack(t):
+        packed.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = gnnio.ops.graph_attention(g, "gatv2", x, query=q, key=x, att=att)
+    assert any(t.data_ptr() == out.data_ptr() for t in packed)
+    for a, b in zip(plain, torch.autograd.grad(out, (x, q, att), gout)):
+        assert torch.equal(a, b)

@@ -128,9 +128,11 @@ def test_refuses_bad_shapes(x_shape, att_shape):
         head_scores(torch.randn(x_shape), torch.randn(att_shape))
 
 
-def test_refuses_integer_x():
+def test_refuses_integer_x_and_complex_att():
     with pytest.raises(ValueError, match="floating-point"):
         head_scores(torch.ones(3, 2, 4, dtype=torch.long), torch.randn(1, 2, 4))
+    with pytest.raises(ValueError, match="floating-point"):
+        head_scores(torch.randn(3, 2, 4), torch.randn(1, 2, 4, dtype=torch.complex64))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

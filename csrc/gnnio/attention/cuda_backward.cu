@@ -484,13 +484,21 @@ int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b) {
   return blocks;
 }
 
+namespace {
+// The slot path computes GAT's outputs only: with any other gradient asked for (raw-op callers
+// can pass query, att, ...), pass A must run.
+bool slot_grads_possible(const AttentionBackwardParams& b) {
+  return b.fwd.kind == ScoreKind::kGat && !b.grad_edge_value && !b.grad_query && !b.grad_edge_key &&
+         !b.grad_att_partial && (b.grad_dst_score || b.grad_edge_score);
+}
+}  // namespace
+
 bool attention_backward_cuda_gat_slot_grads(const AttentionBackwardParams& b) {
   // Policy: for GAT, pass A's only work is d dst_score (and d edge_score), scalars per slot that
   // pass B computes anyway: writing them (nnz x H floats, 0.27 GB on powerlaw-1M-16M at 4
   // heads) and summing them per destination replaces pass A's second gather of a value row per
   // edge (pass A was 6.8 of GATConv's 26.8 ms there). GNNIO_GAT_SLOT_GRADS=0 keeps pass A (A/B).
-  if (b.fwd.kind != ScoreKind::kGat || b.grad_edge_value || !(b.grad_dst_score || b.grad_edge_score))
-    return false;
+  if (!slot_grads_possible(b)) return false;
   const char* knob = std::getenv("GNNIO_GAT_SLOT_GRADS");
   return !(knob && knob[0] == '0');
 }
@@ -505,7 +513,7 @@ bool slot_grad_is_edge_grad(const AttentionBackwardParams& b) {
 size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b) {
   const int64_t per = b.fwd.heads * (1 + 2 * b.fwd.channels);
   int64_t floats = (b.fwd.split.num_items + b.split_t.num_items) * per;
-  if (attention_backward_cuda_gat_slot_grads(b) && !slot_grad_is_edge_grad(b))
+  if (b.gat_slot_grads && !slot_grad_is_edge_grad(b))
     floats += b.fwd.nnz * b.fwd.heads;
   return static_cast<size_t>(floats) * sizeof(float);
 }
@@ -548,7 +556,9 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
   GNNIO_CHECK(!b.key_grad_into_value || (p.key == p.value && b.grad_value && !b.grad_key),
               ErrorKind::kInvalidArgument,
               "graph_attention backward: key_grad_into_value needs key == value and grad_value only");
-  const bool by_slots = attention_backward_cuda_gat_slot_grads(b);
+  GNNIO_CHECK(!b.gat_slot_grads || slot_grads_possible(b), ErrorKind::kInvalidArgument,
+              "graph_attention backward: gat_slot_grads set for a call that cannot use it");
+  const bool by_slots = b.gat_slot_grads;
   const bool need_b = b.grad_src_score || b.grad_key || b.grad_value || by_slots;
   dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
     using scalar_t = decltype(scalar);

@@ -115,6 +115,9 @@ struct AttentionBackwardParams {
   // float32) and d dst_score is summed from it per destination, instead of pass A gathering a
   // value row per edge again. Set by attention_backward_cuda, not by the caller.
   float* slot_grad = nullptr;
+  // Whether that path runs: the caller sets it once from attention_backward_cuda_gat_slot_grads
+  // (an environment knob), and both the workspace size and the launch read this field.
+  bool gat_slot_grads = false;
   // delta already holds D_i for this out and grad_out (a second call of the same backward, for
   // the other pass): delta_kernel is skipped.
   bool delta_ready = false;

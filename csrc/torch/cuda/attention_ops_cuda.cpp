@@ -41,8 +41,9 @@ std::vector<at::Tensor> graph_attention_backward_cuda_impl(
   const auto in = attention_backward_inputs(rowptr, col, kind, value, operands, num_dst, coeffs, seed,
                                             rowptr_t, col_t, t2c, splits, light_max);
   const auto g_out = grad_out.contiguous();
-  auto run = [&](const AttentionBackwardParams& b) {
+  auto run = [&](AttentionBackwardParams b) {
     translate_errors([&] {
+      b.gat_slot_grads = attention_backward_cuda_gat_slot_grads(b);  // one decision per call
       auto ws = at::empty({static_cast<int64_t>(attention_backward_cuda_workspace_bytes(b))},
                           value.options().dtype(at::kByte));
       attention_backward_cuda(b, ws.data_ptr(), at::cuda::getCurrentCUDAStream().stream());

@@ -113,9 +113,12 @@ def measure_interleaved(fns, device, warmup, repeat):
     Each gets one untimed call (caches) and a timed probe; from the probe its calls per sample
     (``inner``: enough for MIN_SAMPLE_MS on a GPU, at most 200; 1 on the CPU, as median_ms) and
     its sample count: above ONE_SAMPLE_MS the probe is the measurement, above FEW_SAMPLES_MS 3
-    samples. Then ``warmup`` rounds of one call each, and ``repeat`` rounds of one sample each,
-    round r starting at candidate r (mod n), so that none is always first or last after another;
-    the median of each one's samples."""
+    samples. Then ``warmup`` rounds of one call each, and ``repeat`` rounds of one sample each:
+    the rotations of the candidates' order, then of the reversed order, and so on, so that each
+    one follows each other one about equally often (with one fixed cyclic order the planner
+    followed the WSB sample in 7 of 10 rounds, and a short call right after several ms of
+    tensor-core work ran 2-7 us slower on the H200); a short call (inner > 1) makes one untimed
+    call first. The median of each one's samples."""
     names, out, samples, inner, want = list(fns), {}, {}, {}, {}
     for name in names:
         try:
@@ -142,9 +145,12 @@ def measure_interleaved(fns, device, warmup, repeat):
         for name in live:
             fns[name]()
     for r in range(repeat):
-        for i in range(len(live)):
-            name = live[(r + i) % len(live)]
+        order = live if (r // max(len(live), 1)) % 2 == 0 else live[::-1]
+        for i in range(len(order)):
+            name = order[(r + i) % len(order)]
             if len(samples[name]) < want[name]:
+                if inner[name] > 1:
+                    fns[name]()
                 samples[name].append(_sample_ms(fns[name], inner[name], device))
     for name in live:
         out[name] = dict(ms=statistics.median(samples[name]), samples=len(samples[name]),
