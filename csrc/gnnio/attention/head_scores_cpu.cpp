@@ -61,25 +61,17 @@ void backward(const HeadScoresBackwardParams& p) {
   }
 }
 
-template <typename Fn>
-void dispatch_float(ScalarType t, const char* what, Fn&& fn) {
-  switch (t) {
-    case ScalarType::kFloat32: return fn(float{});
-    case ScalarType::kFloat64: return fn(double{});
-    default:
-      detail::fail(ErrorKind::kInvalidArgument, what, " on CPU supports float32 and float64, got ",
-                   to_string(t));
-  }
-}
-
 }  // namespace
 
+// No index type here: dispatch_cpu's is a placeholder.
 void head_scores_cpu(const HeadScoresParams& p) {
-  dispatch_float(p.scalar_type, "head_scores", [&](auto s) { forward<decltype(s)>(p); });
+  dispatch_cpu(p.scalar_type, IndexType::kInt32, "head_scores",
+               [&](auto s, auto) { forward<decltype(s)>(p); });
 }
 
 void head_scores_backward_cpu(const HeadScoresBackwardParams& p) {
-  dispatch_float(p.scalar_type, "head_scores backward", [&](auto s) { backward<decltype(s)>(p); });
+  dispatch_cpu(p.scalar_type, IndexType::kInt32, "head_scores backward",
+               [&](auto s, auto) { backward<decltype(s)>(p); });
 }
 
 }  // namespace gnnio

@@ -26,6 +26,7 @@ import torch
 import gnnio
 import gnnio.plan
 from gnnio.bench.study import FEW_SAMPLES_MS, ONE_SAMPLE_MS, graph_stats
+from gnnio.bench.timing import sample_ms
 
 WITHIN = 1.10
 OPS = {"spmm": "spmm", "reduce": "segment_reduce(max)", "attention": "graph_attention(gatv2)"}
@@ -91,22 +92,6 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _sample_ms(fn, inner, device):
-    """One sample: ``inner`` calls back to back, ms per call (CUDA events on a GPU)."""
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / inner
-    t0 = time.perf_counter()
-    for _ in range(inner):
-        fn()
-    return (time.perf_counter() - t0) * 1e3 / inner
-
-
 def measure_interleaved(fns, device, warmup, repeat):
     """{name: {ms, samples, inner} or {error}} for callables timed the same way, interleaved.
 
@@ -151,7 +136,7 @@ def measure_interleaved(fns, device, warmup, repeat):
             if len(samples[name]) < want[name]:
                 if inner[name] > 1:
                     fns[name]()
-                samples[name].append(_sample_ms(fns[name], inner[name], device))
+                samples[name].append(sample_ms(fns[name], inner[name], device))
     for name in live:
         out[name] = dict(ms=statistics.median(samples[name]), samples=len(samples[name]),
                          inner=inner[name])

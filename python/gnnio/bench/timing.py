@@ -15,7 +15,6 @@ def median_ms(fn, device: torch.device, warmup: int, repeat: int, min_sample_ms:
     reduction runs came out 10-15% off between runs (bench/NOTES.md, reduction v2)."""
     for _ in range(warmup):
         fn()
-    times = []
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -24,20 +23,27 @@ def median_ms(fn, device: torch.device, warmup: int, repeat: int, min_sample_ms:
         end.record()
         end.synchronize()
         inner = max(1, min(200, int(min_sample_ms / max(start.elapsed_time(end), 1e-3))))
-        for _ in range(repeat):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(inner):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / inner)
     else:
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
+        inner = 1
+    times = [sample_ms(fn, inner, device) for _ in range(repeat)]
     return statistics.median(times)
+
+
+def sample_ms(fn, inner: int, device: torch.device) -> float:
+    """One timing sample: ``inner`` calls back to back, ms per call (CUDA events on a GPU,
+    perf_counter on a CPU)."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / inner
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) * 1e3 / inner
 
 
 def peak_extra_gib(fn, device: torch.device):
