@@ -1,6 +1,7 @@
 """Where a layer's time goes on the GPU: one forward+backward of each attention layer on a
-standard graph under torch.profiler, the top CUDA kernels by total time. For NOTES.md, not a
-benchmark (the benchmark protocol is gnnio.bench's)."""
+standard graph under torch.profiler, the top CUDA kernels by total time; with ``--train``, one
+training step of the examples' 3-layer GATv2 (the ``GATv2x3-train`` row: forward, cross entropy,
+backward, Adam). For NOTES.md, not a benchmark (the benchmark protocol is gnnio.bench's)."""
 import argparse
 
 import torch
@@ -15,10 +16,14 @@ def main():
     p.add_argument("--graph", default="powerlaw-1M-16M")
     p.add_argument("--layers", default="GATConv,GATv2Conv,TransformerConv")
     p.add_argument("--top", type=int, default=14)
+    p.add_argument("--train", action="store_true",
+                   help="profile the GATv2x3-train step instead of the layers")
     args = p.parse_args()
     data = gnnio.datasets.load(args.graph)
     ei = data.edge_index.cuda()
     torch.manual_seed(0)
+    if args.train:
+        return profile_train_step(args, ei, data.num_nodes)
     x = torch.randn(data.num_nodes, 128, device="cuda", requires_grad=True)
     for name in args.layers.split(","):
         layer = LAYERS[name].make_gnnio(128).cuda()
@@ -34,6 +39,33 @@ def main():
             torch.cuda.synchronize()
         print(f"=== {name} on {args.graph}: one forward + backward")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.top, max_name_column_width=70))
+
+
+def profile_train_step(args, ei, n):
+    import torch.nn.functional as F
+    from gnnio.bench import training
+    models, _ = training.examples()
+    x = torch.randn(n, 128, device="cuda")
+    y = torch.randint(0, training.NUM_CLASSES, (n,), device="cuda")
+    train_idx = torch.randperm(n, device="cuda")[: n // 2]
+    graph = models.graph_input("gnnio", ei, n)
+    net = models.build_model(training.MODEL, "gnnio", 128, training.NUM_CLASSES).cuda()
+    opt = torch.optim.Adam(net.parameters(), lr=training.LR)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(x, graph)[train_idx], y[train_idx]).backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    print(f"=== {training.LAYER} on {args.graph}: one training step")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.top,
+                                    max_name_column_width=70))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One device call that chains the other scripts, each stage in its own $OUT subfolder and time
+# box, so one call (one cold start, one build) serves a whole session's measurements:
+#   build + attention CUDA tests   scripts/device_attention.sh   (TEST_S; ATT_DTYPES rows, if any)
+#   planner study                  scripts/device_issue5.sh      (PLAN_S; 0 skips)
+#   profiles                       bench/profile_layers.py       (PROFILE_S each; PROFILES lists
+#                                  "train:<graph>" or "layers:<graph>:<layer,...>")
+#   GATv2x3-train                  scripts/device_issue7.sh      (TRAIN2_S on TRAIN2_ARGS; 0 skips)
+# Results to commit are copied to $OUT (JSON + MD); everything else is tarred into logs.tgz (the
+# device tool returns at most 8 files). Pass GNNIO_COMMIT=<sent commit>.
+set -uo pipefail
+T0=$(date +%s)
+ROOT=${OUT:-/tmp/gnnio-out}
+mkdir -p "$ROOT"
+export GNNIO_COMMIT=${GNNIO_COMMIT:-unknown}
+stamp() { echo "[$1: $(( $(date +%s) - T0 )) s]"; }
+
+OUT="$ROOT/attention" DTYPES="${ATT_DTYPES:-}" TEST_S=${TEST_S:-150} bash scripts/device_attention.sh || exit 1
+stamp attention
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
+if [ "${PLAN_S:-0}" -gt 0 ]; then
+  OUT="$ROOT/planner" BUILD=0 REORDER_S=0 PLAN_S="$PLAN_S" bash scripts/device_issue5.sh | tail -40
+  stamp planner
+fi
+mkdir -p "$ROOT/profiles"
+for spec in ${PROFILES:-}; do
+  IFS=: read -r kind graph layers <<< "$spec"
+  if [ "$kind" = train ]; then args=(--train); else args=(--layers "$layers"); fi
+  timeout "${PROFILE_S:-60}" python3 bench/profile_layers.py --graph "$graph" "${args[@]}" --top 18 \
+    > "$ROOT/profiles/$kind-$graph.log" 2>&1 || echo "profile $spec: stopped (rc $?)"
+  cat "$ROOT/profiles/$kind-$graph.log" | cut -c1-150 | grep -v "^-\|^$" | head -30
+  stamp "profile $spec"
+done
+if [ "${TRAIN2_S:-0}" -gt 0 ]; then
+  OUT="$ROOT/train" BUILD=0 TRAIN_S=0 SCALE_S=0 TRAIN2_S="$TRAIN2_S" TOTAL_S=$(( TRAIN2_S + 20 )) \
+    bash scripts/device_issue7.sh | tail -8
+  stamp train
+fi
+# Keep the JSON/MD results at the top, tar the rest.
+find "$ROOT" -mindepth 2 \( -name 'nvidia-h200-*.json' -o -name 'nvidia-h200-*.md' \) -exec mv {} "$ROOT"/ \;
+(cd "$ROOT" && tar czf logs.tgz --exclude=logs.tgz $(ls -d */ 2>/dev/null) && rm -rf $(ls -d */ 2>/dev/null))
+ls "$ROOT"
