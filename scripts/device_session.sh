@@ -5,6 +5,7 @@
 #   planner study                  scripts/device_issue5.sh      (PLAN_S; 0 skips)
 #   profiles                       bench/profile_layers.py       (PROFILE_S each; PROFILES lists
 #                                  "train:<graph>" or "layers:<graph>:<layer,...>")
+#   memory snapshots               bench/memory_snapshot.py      (SNAPSHOTS, like PROFILES)
 #   GATv2x3-train                  scripts/device_issue7.sh      (TRAIN2_S on TRAIN2_ARGS; 0 skips)
 # Results to commit are copied to $OUT (JSON + MD); everything else is tarred into logs.tgz (the
 # device tool returns at most 8 files). Pass GNNIO_COMMIT=<sent commit>.
@@ -30,6 +31,14 @@ for spec in ${PROFILES:-}; do
     > "$ROOT/profiles/$kind-$graph.log" 2>&1 || echo "profile $spec: stopped (rc $?)"
   cat "$ROOT/profiles/$kind-$graph.log" | cut -c1-150 | grep -v "^-\|^$" | head -30
   stamp "profile $spec"
+done
+for spec in ${SNAPSHOTS:-}; do  # "train:<graph>" or "layer:<graph>:<layer>"
+  IFS=: read -r kind graph layer <<< "$spec"
+  if [ "$kind" = train ]; then args=(); else args=(--layer "$layer"); fi
+  timeout "${PROFILE_S:-60}" python3 bench/memory_snapshot.py --graph "$graph" "${args[@]}" \
+    > "$ROOT/profiles/snapshot-$kind-$graph.log" 2>&1 || echo "snapshot $spec: stopped (rc $?)"
+  tail -18 "$ROOT/profiles/snapshot-$kind-$graph.log" | cut -c1-230
+  stamp "snapshot $spec"
 done
 if [ "${TRAIN2_S:-0}" -gt 0 ]; then
   OUT="$ROOT/train" BUILD=0 TRAIN_S=0 SCALE_S=0 TRAIN2_S="$TRAIN2_S" TOTAL_S=$(( TRAIN2_S + 20 )) \
