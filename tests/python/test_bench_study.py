@@ -1,6 +1,7 @@
 """``python -m gnnio.bench.study`` (issue 5's reordering and planner studies) on the CPU at small
 sizes: the results files' schema and rows, the permutation files (save, load, refusal of a file
 made for another graph or holding no permutation), and the time limit. No timing is asserted."""
+import gc
 import json
 import math
 import os
@@ -164,6 +165,12 @@ def test_measure_interleaved_alternates_and_times_alike(monkeypatch):
     assert order == list("abc" "bca" "cab" "cba" "bac" "acb")
     pairs = [order[i:i + 2] for r in range(6) for i in range(3 * r, 3 * r + 2)]
     assert all(pairs.count([x, y]) == 2 for x in "abc" for y in "abc" if x != y)
+
+    # Python's garbage collector is off during the timed rounds only, and restored afterwards
+    gc_on = []
+    study_planner.measure_interleaved({"g": lambda: gc_on.append(gc.isenabled())},
+                                      torch.device("cpu"), warmup=1, repeat=4)
+    assert gc_on == [True, True, True, False, False, False, False] and gc.isenabled()
 
     def boom():
         raise RuntimeError("out of memory")

@@ -18,6 +18,7 @@ kernel: per-call cost or noise) or ``other kernel`` (a wrong choice).
   on; on a graph without heavy rows it is the node-parallel kernel) and ``node-parallel``.
 - Attention (``graph_attention(gatv2)``, 4 heads x F/4): ``csr-split`` (super-node split on)
   and ``csr`` (no split), the only two backends attention has."""
+import gc
 import statistics
 import time
 
@@ -85,6 +86,10 @@ def _inputs(n, f, dtype, seed, device):
 
 
 MIN_SAMPLE_MS = 5.0  # as gnnio.bench.timing.median_ms: a short call is repeated inside a sample
+# A short call is host-bound (tens of us of Python and dispatch around a few us of kernel), and
+# its samples spread by ~10% (two forced runs of one kernel differed by up to 1.15x at 2cbb6b2
+# and da5855b): it takes this many times more samples (each only MIN_SAMPLE_MS long).
+SHORT_CALL_SAMPLES = 3
 
 
 def _sync(device):
@@ -103,7 +108,9 @@ def measure_interleaved(fns, device, warmup, repeat):
     one follows each other one about equally often (with one fixed cyclic order the planner
     followed the WSB sample in 7 of 10 rounds, and a short call right after several ms of
     tensor-core work ran 2-7 us slower on the H200); a short call (inner > 1) makes one untimed
-    call first. The median of each one's samples."""
+    call first; it takes SHORT_CALL_SAMPLES x ``repeat`` samples. Python's garbage collector is
+    off while the samples are taken (a collection inside one sample of a host-bound call is one
+    of the spikes it otherwise measures). The median of each one's samples."""
     names, out, samples, inner, want = list(fns), {}, {}, {}, {}
     for name in names:
         try:
@@ -121,22 +128,30 @@ def measure_interleaved(fns, device, warmup, repeat):
         if probe > ONE_SAMPLE_MS:
             out[name] = dict(ms=probe, samples=1, inner=1)
             continue
-        want[name] = min(3, repeat) if probe > FEW_SAMPLES_MS else repeat
         inner[name] = (max(1, min(200, int(MIN_SAMPLE_MS / max(probe, 1e-3))))
                        if device.type == "cuda" else 1)
+        want[name] = (min(3, repeat) if probe > FEW_SAMPLES_MS
+                      else repeat * (SHORT_CALL_SAMPLES if inner[name] > 1 else 1))
         samples[name] = []
     live = [n for n in names if n in samples]
     for _ in range(warmup):
         for name in live:
             fns[name]()
-    for r in range(repeat):
-        order = live if (r // max(len(live), 1)) % 2 == 0 else live[::-1]
-        for i in range(len(order)):
-            name = order[(r + i) % len(order)]
-            if len(samples[name]) < want[name]:
-                if inner[name] > 1:
-                    fns[name]()
-                samples[name].append(sample_ms(fns[name], inner[name], device))
+    gc_was_on = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(max(want.values(), default=0)):
+            order = live if (r // max(len(live), 1)) % 2 == 0 else live[::-1]
+            for i in range(len(order)):
+                name = order[(r + i) % len(order)]
+                if len(samples[name]) < want[name]:
+                    if inner[name] > 1:
+                        fns[name]()
+                    samples[name].append(sample_ms(fns[name], inner[name], device))
+    finally:
+        if gc_was_on:
+            gc.enable()
     for name in live:
         out[name] = dict(ms=statistics.median(samples[name]), samples=len(samples[name]),
                          inner=inner[name])
