@@ -35,7 +35,7 @@ train() {  # name, seconds, args...
   timeout "$limit" python3 -m gnnio.bench --layers GATv2x3-train --warmup 3 --repeat 10 --no-plot \
     --out "$OUT/nvidia-h200-$name.json" "$@" > "$OUT/$name.log" 2>&1 || echo "$name: stopped (rc $?)"
 }
-train train-float32 "$(cap "$TRAIN_S" 10)" $TRAIN_ARGS
+train "train-${TRAIN_NAME:-float32}" "$(cap "$TRAIN_S" 10)" $TRAIN_ARGS
 limit=$(cap "$SCALE_S" 10)
 echo "=== scale ($limit s)"
 if [ "$limit" -ge 30 ]; then

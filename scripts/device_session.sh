@@ -6,7 +6,8 @@
 #   profiles                       bench/profile_layers.py       (PROFILE_S each; PROFILES lists
 #                                  "train:<graph>" or "layers:<graph>:<layer,...>")
 #   memory snapshots               bench/memory_snapshot.py      (SNAPSHOTS, like PROFILES)
-#   GATv2x3-train                  scripts/device_issue7.sh      (TRAIN2_S on TRAIN2_ARGS; 0 skips)
+#   GATv2x3-train                  scripts/device_issue7.sh      (TRAIN_S on TRAIN_ARGS as TRAIN_NAME,
+#                                  TRAIN2_S on TRAIN2_ARGS; 0 skips)
 # Results to commit are copied to $OUT (JSON + MD); everything else is tarred into logs.tgz (the
 # device tool returns at most 8 files). Pass GNNIO_COMMIT=<sent commit>.
 set -uo pipefail
@@ -40,9 +41,9 @@ for spec in ${SNAPSHOTS:-}; do  # "train:<graph>" or "layer:<graph>:<layer>"
   tail -18 "$ROOT/profiles/snapshot-$kind-$graph.log" | cut -c1-230
   stamp "snapshot $spec"
 done
-if [ "${TRAIN2_S:-0}" -gt 0 ]; then
-  OUT="$ROOT/train" BUILD=0 TRAIN_S=0 SCALE_S=0 TRAIN2_S="$TRAIN2_S" TOTAL_S=$(( TRAIN2_S + 20 )) \
-    bash scripts/device_issue7.sh | tail -8
+if [ "${TRAIN_S:-0}" -gt 0 ] || [ "${TRAIN2_S:-0}" -gt 0 ]; then  # TRAIN_ARGS / TRAIN2_ARGS pass through
+  OUT="$ROOT/train" BUILD=0 TRAIN_S="${TRAIN_S:-0}" SCALE_S=0 TRAIN2_S="${TRAIN2_S:-0}" \
+    TOTAL_S=$(( ${TRAIN_S:-0} + ${TRAIN2_S:-0} + 30 )) bash scripts/device_issue7.sh | tail -8
   stamp train
 fi
 # Keep the JSON/MD results at the top, tar the rest.

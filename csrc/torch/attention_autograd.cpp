@@ -3,7 +3,8 @@
 // graph_attention_backward recomputes the weights from them. On CUDA the backward reads out only
 // for D_i = dout_i . out_i: it forms D first (graph_attention_delta) and, unless the graph is
 // kept for another backward, lets go of out before the gradients are allocated (one N x H x C
-// buffer less at the backward's peak).
+// buffer less at the backward's peak). For GATv2 on CUDA the forward keeps no out at all: the
+// backward's pass A forms D_i while it walks each row (attention_backward_cuda_delta_in_pass_a).
 #include <cstdlib>
 
 #include <ATen/SavedTensorHooks.h>
@@ -68,7 +69,16 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     bool any = false;
     for (int64_t n : needs) any |= n != 0;
     // grad_enabled: the caller's grad mode (inside forward it is always off).
-    const bool keep_acc = grad_enabled && any && low_precision(value);
+    // CUDA GATv2 (policy: attention_backward_cuda_delta_in_pass_a): the backward's pass A forms
+    // D_i itself, so neither out nor out_acc is kept.
+    bool delta_in_pass_a = false;
+#ifdef GNNIO_WITH_CUDA
+    if (value.is_cuda() && grad_enabled && any)
+      delta_in_pass_a = attention_backward_cuda_delta_in_pass_a(
+          static_cast<ScoreKind>(kind), needs[1 + kQuery] != 0, needs[1 + kAtt] != 0,
+          needs[1 + kEdgeKey] != 0, needs[1 + kEdgeValue] != 0);
+#endif
+    const bool keep_acc = grad_enabled && any && low_precision(value) && !delta_in_pass_a;
     static auto op = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("gnnio::graph_attention", "")
                          .typed<ForwardSig>();
@@ -90,12 +100,13 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
                             plain(edge_score), plain(query), plain(key), plain(edge_key),
                             plain(att), plain(edge_value), rowptr_t, col_t, t2c, plain(heavy_rows),
                             plain(heavy_items), plain(heavy_src), plain(heavy_src_items), stats,
-                            hooked ? kept : at::Tensor()});
+                            hooked && !delta_in_pass_a ? kept : at::Tensor()});
     // Without saved-tensor hooks, out is kept outside the saved variables so that the backward
     // can drop it early: a detached alias (no reference back to this node) with the version
     // counter it shares, checked in the backward as autograd checks a saved variable. With hooks
     // (checkpointing, offloading) it is a saved variable as any other, so that they see it.
-    if (!hooked) {
+    ctx->saved_data["delta_in_pass_a"] = delta_in_pass_a;
+    if (!hooked && !delta_in_pass_a) {
       ctx->saved_data["out"] = kept.detach();
       ctx->saved_data["out_version"] = static_cast<int64_t>(kept._version());
     }
@@ -117,8 +128,11 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     // The detached out is this node's to release once the graph is not kept (autograd releases
     // only the saved variables): taken out of saved_data here, on every path.
     const bool keep_graph = torch::autograd::get_current_graph_task_keep_graph();
+    const bool delta_in_pass_a = ctx->saved_data["delta_in_pass_a"].toBool();
     at::Tensor out = s[19];
-    if (!out.defined()) {
+    if (delta_in_pass_a) {  // no out: an empty one tells the backward op to form D_i in pass A
+      out = at::empty({0}, s[2].options().dtype(at::kFloat));
+    } else if (!out.defined()) {
       TORCH_CHECK(ctx->saved_data.count("out"),
                   "graph_attention: out was released by an earlier backward (a second backward "
                   "needs retain_graph=True the first time; or the first one failed part-way)");
@@ -142,7 +156,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     for (int i = 14; i < 18; ++i) splits.push_back(opt(s[i]));
     const auto coeffs = ctx->saved_data["coeffs"].toDoubleVector();
     const at::Tensor grad_out = grads[0].contiguous();
-    if (s[2].is_cuda()) {
+    if (s[2].is_cuda() && !delta_in_pass_a) {
       static auto delta_op = c10::Dispatcher::singleton()
                                  .findSchemaOrThrow("gnnio::graph_attention_delta", "")
                                  .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();

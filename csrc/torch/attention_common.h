@@ -145,17 +145,23 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
                       "graph_attention backward: needs entries are 0 or 1 (2 only for key: into "
                       "value's gradient), got ", needs[i], " at ", i);
   // out is the forward's out, its float32 out_acc (bf16/fp16 values), or (CUDA) D_i itself,
-  // [num_dst, H] float32 from graph_attention_delta: the autograd then frees out early.
+  // [num_dst, H] float32 from graph_attention_delta: the autograd then frees out early; or
+  // (CUDA GATv2, attention_backward_cuda_delta_in_pass_a) a 1-d empty tensor: no out at all,
+  // pass A forms D_i.
   const bool out_is_delta = out.dim() == 2;
+  const bool no_out = out.dim() == 1 && out.numel() == 0;
   const std::vector<int64_t> out_shape = {b.fwd.num_dst, b.fwd.heads, b.fwd.channels};
   TORCH_CHECK_VALUE(grad_out.sizes() == at::IntArrayRef(out_shape) && grad_out.is_contiguous() &&
                         out.is_contiguous() &&
-                        (out_is_delta ? out.sizes() == at::IntArrayRef({b.fwd.num_dst, b.fwd.heads})
-                                      : out.sizes() == at::IntArrayRef(out_shape)),
+                        (no_out || (out_is_delta ? out.sizes() == at::IntArrayRef({b.fwd.num_dst, b.fwd.heads})
+                                                 : out.sizes() == at::IntArrayRef(out_shape))),
                     "graph_attention backward: grad_out and out must be contiguous [num_dst, H, C] "
-                    "(out may be D_i [num_dst, H] on CUDA)");
+                    "(out may be D_i [num_dst, H] on CUDA, or empty for GATv2 on CUDA)");
   TORCH_CHECK_VALUE(!out_is_delta || (v.is_cuda() && out.scalar_type() == at::kFloat),
                     "graph_attention backward: D_i in place of out is float32 and CUDA only");
+  TORCH_CHECK_VALUE(!no_out || (v.is_cuda() && in.kind == static_cast<int64_t>(ScoreKind::kGatV2)),
+                    "graph_attention backward: an empty out (D_i formed by pass A) is for GATv2 "
+                    "on CUDA only");
   TORCH_CHECK_TYPE(grad_out.scalar_type() == v.scalar_type(),
                    "graph_attention backward: grad_out must have value's dtype ", v.scalar_type(),
                    ", got ", grad_out.scalar_type());
@@ -163,7 +169,7 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
                     "graph_attention backward: grad_out and out must be on value's device");
   // out is the forward's out, or its float32 out_acc when the values are bf16/fp16.
   const bool out_is_acc = !out_is_delta && low_precision(v) && out.scalar_type() == at::kFloat;
-  TORCH_CHECK_VALUE(out.scalar_type() == v.scalar_type() || out_is_acc || out_is_delta,
+  TORCH_CHECK_VALUE(out.scalar_type() == v.scalar_type() || out_is_acc || out_is_delta || no_out,
                     "graph_attention backward: out must have value's dtype (or be the float32 "
                     "out_acc of bf16/fp16 values)");
   TORCH_CHECK_VALUE(stats.is_contiguous() && stats.scalar_type() == accumulator_dtype(v) &&
@@ -173,7 +179,7 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
   TORCH_CHECK_VALUE(in.col_t.numel() == b.fwd.nnz && in.t2c.numel() == b.fwd.nnz &&
                         in.t2c.scalar_type() == in.col_t.scalar_type() && in.t2c.is_contiguous(),
                     "graph_attention backward needs the transposed CSR (rowptr_t, col_t) and t2c");
-  if (!out_is_delta) (out_is_acc ? b.fwd.out_acc : b.fwd.out) = const_cast<void*>(out.data_ptr());
+  if (!out_is_delta && !no_out) (out_is_acc ? b.fwd.out_acc : b.fwd.out) = const_cast<void*>(out.data_ptr());
   b.fwd.stats = const_cast<void*>(stats.data_ptr());
   b.grad_out = grad_out.data_ptr();
   b.rowptr_t = in.rowptr_t.data_ptr();
@@ -219,6 +225,7 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
   g.delta = out_is_delta ? out : at::empty({b.fwd.num_dst, b.fwd.heads}, acc);
   b.delta = g.delta.data_ptr();
   b.delta_ready = out_is_delta;
+  b.delta_in_pass_a = no_out;
   return b;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "gnnio/attention/backward_merge.cuh"
 #include "gnnio/attention/score.cuh"
 #include "gnnio/common/cuda_check.h"
 
@@ -17,12 +18,6 @@ namespace gnnio {
 namespace {
 
 using namespace attention_detail;
-
-// Partial sums of a work item, per head: a scalar (GAT score gradient) then two C-vectors.
-struct Partials {
-  float* base = nullptr;  // [num_items, H, 1 + 2C]
-  int64_t stride = 0;     // 1 + 2C
-};
 
 template <typename scalar_t, int L, int CPL>
 __global__ void delta_kernel(AttentionBackwardParams b) {
@@ -67,47 +62,36 @@ __device__ inline bool task_range(const void* rowptr_v, const RowSplit& split, i
   return true;
 }
 
-template <int L, int CPL>
-__device__ inline void store_acc_row(float* dst, const Group<L>& g, int64_t C, const float (&v)[CPL]) {
-#pragma unroll
-  for (int t = 0; t < CPL; ++t) {
-    const int64_t c = int64_t(g.sub) * CPL + t;
-    if (c < C) dst[c] = v[t];
-  }
-}
-
-template <typename scalar_t, int L, int CPL>
-__device__ inline void store_row(void* dst_v, int64_t offset, const Group<L>& g, int64_t C, bool vec,
-                                 const float (&v)[CPL]) {
-  if (dst_v)
-    store_channels<scalar_t, CPL>(static_cast<scalar_t*>(dst_v) + offset, int64_t(g.sub) * CPL, C, vec, v);
-}
-
-template <typename scalar_t, int L, int CPL>
-__device__ inline void load_row(const void* src_v, int64_t offset, const Group<L>& g, int64_t C,
-                                bool vec, float (&v)[CPL]) {
-  load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(src_v) + offset, int64_t(g.sub) * CPL, C, vec, v);
-}
-
-// de_k of slot k (head h) from its loaded key and value and row i's dout, stats and delta;
-// prob_r = p_k times the dropout factor.
+// Slot k's (head h) weight p_k and r g_k = dout_i . (r v_k), with r its dropout factor, from
+// its loaded key and value and row i's dout and stats.
 template <ScoreKind K, typename scalar_t, int L, int CPL>
-__device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
-                                  const DstSide<scalar_t, CPL>& d, const float (&gi)[CPL],
-                                  float m, float s, float delta, const float (&kk)[CPL],
-                                  const float (&v)[CPL], int64_t k, int64_t h, float (&z)[CPL],
-                                  float& prob_r) {
+__device__ inline void slot_terms(const AttentionParams& p, const Group<L>& g,
+                                  const DstSide<scalar_t, CPL>& d, const float (&gi)[CPL], float m,
+                                  float s, const float (&kk)[CPL], const float (&v)[CPL], int64_t k,
+                                  int64_t h, float (&z)[CPL], float& prob, float& r, float& rg) {
   const float e = score_of<K, scalar_t, L, CPL>(p, g, d, kk, z);
-  const float prob = expf(e - m) / s;
-  const float r = dropout_factor(p, k, h);
+  prob = expf(e - m) / s;
+  r = dropout_factor(p, k, h);
   // r applied per channel and rounded as the forward's acc was (fl(r v) for a one-edge row),
   // then summed in delta_kernel's lane order: a one-edge row's r g - D is then exactly 0, as in
   // PyTorch, instead of the rounding noise of an fma of r * g - D (seen with dropout on).
   float part = 0.0f;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) part += gi[t] * (r * v[t]);
+  rg = g.sum(part);
+}
+
+// de_k = p_k (r g_k - D_i) of slot k; prob_r = p_k r.
+template <ScoreKind K, typename scalar_t, int L, int CPL>
+__device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
+                                  const DstSide<scalar_t, CPL>& d, const float (&gi)[CPL],
+                                  float m, float s, float delta, const float (&kk)[CPL],
+                                  const float (&v)[CPL], int64_t k, int64_t h, float (&z)[CPL],
+                                  float& prob_r) {
+  float prob, r, rg;
+  slot_terms<K, scalar_t, L, CPL>(p, g, d, gi, m, s, kk, v, k, h, z, prob, r, rg);
   prob_r = prob * r;
-  return prob * (g.sum(part) - delta);
+  return prob * (rg - delta);
 }
 
 // GATv2's d att in per-block sums (b.att_blocks): each lane group's share of row i (zero for
@@ -160,10 +144,19 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
   float gi[CPL];
   load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, p.vector_io, gi);
   const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
-  const float m = st[0], s = st[1], delta = static_cast<const float*>(b.delta)[i * H + h];
-  float g_score = 0.0f, dq[CPL];
+  // online (delta_in_pass_a, GATv2): D_i is not known yet. The row's sums are then kept as
+  // A = sum p (r g - shift) f and B = sum p f for each f (d query's att * lrelu'(z), d att's
+  // lrelu(z)), with shift = the first slot's r g, next to sum p (r g - shift) and sum p; at
+  // the end D_i = shift + that, and each result is A - (D_i - shift) B. Relative to a shift the
+  // terms stay as small as the r g - D_i of the other path when a row's r g are alike.
+  const bool online = K == ScoreKind::kGatV2 && b.delta_in_pass_a;
+  const float m = st[0], s = st[1];
+  const float delta = online ? 0.0f : static_cast<const float*>(b.delta)[i * H + h];
+  float g_score = 0.0f, dq[CPL], bq[CPL], batt[CPL];
+  float shift = 0.0f, wsum = 0.0f, rel = 0.0f;  // online: first r g, sum p, sum p (r g - shift)
+  bool first = true;
 #pragma unroll
-  for (int t = 0; t < CPL; ++t) dq[t] = 0.0f;
+  for (int t = 0; t < CPL; ++t) dq[t] = bq[t] = batt[t] = 0.0f;
   const bool value_is_key = p.key == p.value && !p.edge_key && !p.edge_value;
   constexpr int U = kSlotsInFlight<K, CPL>;
   using Batch = SlotBatch<index_t, L, U>;
@@ -186,6 +179,25 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
       if (u >= n) continue;  // uniform across the group
       const int64_t k = base + u0 + u;
       float z[CPL], prob_r;
+      if constexpr (K == ScoreKind::kGatV2) {
+        if (online) {  // no per-slot outputs here (attention_backward_cuda_delta_in_pass_a)
+          float prob, r, rg;
+          slot_terms<K, scalar_t, L, CPL>(p, g, d, gi, m, s, kk[u], v[u], k, h, z, prob, r, rg);
+          if (first) shift = rg, first = false;
+          const float x = prob * (rg - shift);
+          wsum += prob;
+          rel += x;
+#pragma unroll
+          for (int t = 0; t < CPL; ++t) {
+            const float f = d.att[t] * (z[t] > 0.0f ? 1.0f : slope), lz = leaky(z[t], slope);
+            dq[t] += x * f;
+            bq[t] += prob * f;
+            datt[t] += x * lz;
+            batt[t] += prob * lz;
+          }
+          continue;
+        }
+      }
       const float de = slot_grad<K, scalar_t, L, CPL>(p, g, d, gi, m, s, delta, kk[u], v[u], k, h, z, prob_r);
       if (b.grad_edge_value) {
         float ev[CPL];
@@ -228,10 +240,26 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
   }
   if (task < p.split.num_items) {
     float* slot = part.base + (task * H + h) * part.stride;
+    if (online) {  // OnlineSlot: merge_online_kernel corrects the sums once it has the row's D_i
+      using S = OnlineSlot;
+      if (g.sub == 0) slot[S::kShift] = shift, slot[S::kWeight] = wsum, slot[S::kDelta] = rel;
+      store_acc_row(slot + S::kVectors, g, C, dq);
+      store_acc_row(slot + S::kVectors + C, g, C, bq);
+      store_acc_row(slot + S::kVectors + 2 * C, g, C, datt);
+      store_acc_row(slot + S::kVectors + 3 * C, g, C, batt);
+      return false;
+    }
     if (g.sub == 0) slot[0] = g_score;
     store_acc_row(slot + 1, g, C, dq);
     store_acc_row(slot + 1 + C, g, C, datt);
     return false;  // the merge kernel adds the items
+  }
+  if (online) {
+    // D_i - shift = sum p (r g - shift) + shift (sum p - 1), without forming D_i first.
+    const float d_rel = rel + shift * (wsum - 1.0f);
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) dq[t] -= d_rel * bq[t], datt[t] -= d_rel * batt[t];
+    if (g.sub == 0) static_cast<float*>(b.delta)[i * H + h] = shift + d_rel;
   }
   if (b.grad_dst_score && g.sub == 0)
     static_cast<scalar_t*>(b.grad_dst_score)[i * H + h] = from_acc<scalar_t>(g_score);
@@ -396,60 +424,6 @@ __global__ void slot_sum_kernel(AttentionBackwardParams b, Partials part) {
     static_cast<scalar_t*>(b.grad_dst_score)[i * H + h] = from_acc<scalar_t>(sum);
 }
 
-// One block per (heavy row, head) adds the row's work items: lane group q sums items q, q + G,
-// ..., then group 0 adds the G sums in group order (a fixed tree: the same bits every run). It
-// writes the row's three outputs: a scalar (scalar_t) and two C-vectors (the first as scalar_t,
-// the second as scalar_t or, with second_is_acc, as float: GATv2's d att partial, at row
-// acc_row_base + heavy index when acc_row_base >= 0 (per-block d att), else at the row's own).
-template <typename scalar_t, int L, int CPL>
-__global__ void merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C, bool vec,
-                             void* scalar_out, void* first_out, void* second_out, bool second_is_acc,
-                             int64_t acc_row_base) {
-  extern __shared__ float shared[];  // [G][1 + 2C]
-  constexpr int G = kThreads / L;
-  const Group<L> g;
-  const int q = threadIdx.x / L;
-  const int64_t hi = blockIdx.x / H, h = blockIdx.x % H;
-  const int64_t first = first_item(split, hi), last = first_item(split, hi + 1);
-  float sc = 0.0f, a[CPL] = {}, b2[CPL] = {};
-  for (int64_t it = first + q; it < last; it += G) {
-    const float* slot = part.base + (it * H + h) * part.stride;
-    sc += slot[0];
-#pragma unroll
-    for (int t = 0; t < CPL; ++t) {
-      const int64_t c = int64_t(g.sub) * CPL + t;
-      if (c < C) a[t] += slot[1 + c], b2[t] += slot[1 + C + c];
-    }
-  }
-  float* mine = shared + q * part.stride;
-  if (g.sub == 0) mine[0] = sc;
-#pragma unroll
-  for (int t = 0; t < CPL; ++t) {
-    const int64_t c = int64_t(g.sub) * CPL + t;
-    if (c < C) mine[1 + c] = a[t], mine[1 + C + c] = b2[t];
-  }
-  __syncthreads();
-  if (q != 0) return;
-  for (int w = 1; w < G; ++w) {
-    const float* other = shared + w * part.stride;
-    sc += other[0];
-#pragma unroll
-    for (int t = 0; t < CPL; ++t) {
-      const int64_t c = int64_t(g.sub) * CPL + t;
-      if (c < C) a[t] += other[1 + c], b2[t] += other[1 + C + c];
-    }
-  }
-  const int64_t row = split.heavy_rows[hi];
-  if (scalar_out && g.sub == 0) static_cast<scalar_t*>(scalar_out)[row * H + h] = from_acc<scalar_t>(sc);
-  store_row<scalar_t, L, CPL>(first_out, (row * H + h) * C, g, C, vec, a);
-  if (second_is_acc) {
-    const int64_t acc_row = acc_row_base >= 0 ? acc_row_base + hi : row;
-    if (second_out) store_acc_row(static_cast<float*>(second_out) + (acc_row * H + h) * C, g, C, b2);
-  } else {
-    store_row<scalar_t, L, CPL>(second_out, (row * H + h) * C, g, C, vec, b2);
-  }
-}
-
 // Pass A's grid: one lane group per (task, head).
 int64_t pass_a_blocks(const AttentionParams& p, int lanes) {
   return blocks_for((p.num_dst + p.split.num_items) * p.heads * lanes);
@@ -510,9 +484,31 @@ bool slot_grad_is_edge_grad(const AttentionBackwardParams& b) {
 }
 }  // namespace
 
+namespace {
+// Floats per (work item, head) of pass A's partials: OnlineSlot's when it forms D_i itself.
+int64_t pass_a_stride(const AttentionBackwardParams& b) {
+  return b.delta_in_pass_a ? OnlineSlot::stride(b.fwd.channels) : 1 + 2 * b.fwd.channels;
+}
+}  // namespace
+
+bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bool grad_att,
+                                             bool grad_edge_key, bool grad_edge_value) {
+  // Policy: GATv2's pass A walks every destination row before pass B anyway, so it can form D_i
+  // (sum over the row of p r g) on the way instead of delta_kernel reading out: the forward then
+  // does not keep out, one N x H x C buffer less from the forward to the backward of every
+  // layer (in a stack, every layer's out is alive until the backward reaches it). Not when a
+  // per-slot gradient (d edge_key, d edge_value) is asked for: that needs D_i at each slot.
+  // GNNIO_GATV2_DELTA_IN_PASS_A=0 keeps out and delta_kernel (A/B).
+  if (kind != ScoreKind::kGatV2 || !(grad_query || grad_att) || grad_edge_key || grad_edge_value)
+    return false;
+  const char* knob = std::getenv("GNNIO_GATV2_DELTA_IN_PASS_A");
+  return !(knob && knob[0] == '0');
+}
+
 size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b) {
-  const int64_t per = b.fwd.heads * (1 + 2 * b.fwd.channels);
-  int64_t floats = (b.fwd.split.num_items + b.split_t.num_items) * per;
+  const int64_t H = b.fwd.heads;
+  int64_t floats = b.fwd.split.num_items * H * pass_a_stride(b) +
+                   b.split_t.num_items * H * (1 + 2 * b.fwd.channels);
   if (b.gat_slot_grads && !slot_grad_is_edge_grad(b))
     floats += b.fwd.nnz * b.fwd.heads;
   return static_cast<size_t>(floats) * sizeof(float);
@@ -549,10 +545,16 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
   if (p.heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   const int64_t stride = 1 + 2 * p.channels;
-  const Partials part_a{static_cast<float*>(workspace), stride};
-  const Partials part_b{part_a.base + p.split.num_items * p.heads * stride, stride};
+  const Partials part_a{static_cast<float*>(workspace), pass_a_stride(b)};
+  const Partials part_b{part_a.base + p.split.num_items * p.heads * part_a.stride, stride};
   const bool need_a = b.grad_dst_score || b.grad_edge_score || b.grad_query || b.grad_edge_key ||
                       b.grad_att_partial || b.grad_edge_value;
+  const bool online = b.delta_in_pass_a;
+  GNNIO_CHECK(!online || (p.kind == ScoreKind::kGatV2 && need_a && !b.delta_ready &&
+                          !b.grad_edge_key && !b.grad_edge_value && b.delta),
+              ErrorKind::kInvalidArgument,
+              "graph_attention backward: delta_in_pass_a needs GATv2 with d query or d att, no "
+              "per-slot gradient and a delta buffer");
   GNNIO_CHECK(!b.key_grad_into_value || (p.key == p.value && b.grad_value && !b.grad_key),
               ErrorKind::kInvalidArgument,
               "graph_attention backward: key_grad_into_value needs key == value and grad_value only");
@@ -573,9 +575,10 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           q.slot_grad = slot_grad_is_edge_grad(b) ? static_cast<float*>(b.grad_edge_score)
                                                   : part_b.base + b.split_t.num_items * H * stride;
         const size_t smem = (kThreads / L) * stride * sizeof(float);
+        const size_t smem_online = (kThreads / L) * (p.channels > 0 ? 2 * p.channels : 2) * sizeof(float);
         q.fwd.vector_io = rows_aligned(p, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
                                                 b.grad_edge_key, b.grad_edge_value});
-        if (p.num_dst > 0 && !b.delta_ready) {
+        if (p.num_dst > 0 && !b.delta_ready && !online) {
           delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * H * L), kThreads, 0, s>>>(q);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
@@ -593,8 +596,14 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
             }
             kernel<<<pass_a_blocks(p, L), kThreads, b.att_blocks > 0 ? kThreads * CPL * sizeof(float) : 0, s>>>(q, part_a);
           });
-          if (p.split.num_heavy > 0)
-            merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kThreads, smem, s>>>(
+          const unsigned heavy_blocks = static_cast<unsigned>(p.split.num_heavy * H);
+          if (p.split.num_heavy > 0 && online)
+            merge_online_kernel<scalar_t, L, CPL><<<heavy_blocks, kThreads, smem_online, s>>>(
+                p.split, part_a, H, p.channels, q.fwd.vector_io, b.grad_query,
+                static_cast<float*>(b.grad_att_partial), b.att_blocks > 0 ? b.att_blocks : -1,
+                static_cast<float*>(b.delta));
+          else if (p.split.num_heavy > 0)
+            merge_kernel<scalar_t, L, CPL><<<heavy_blocks, kThreads, smem, s>>>(
                 p.split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, b.grad_query, b.grad_att_partial, true,
                 b.att_blocks > 0 ? b.att_blocks : -1);
           GNNIO_CUDA_CHECK(cudaGetLastError());

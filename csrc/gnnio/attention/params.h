@@ -121,6 +121,10 @@ struct AttentionBackwardParams {
   // delta already holds D_i for this out and grad_out (a second call of the same backward, for
   // the other pass): delta_kernel is skipped.
   bool delta_ready = false;
+  // No out (CUDA GATv2, attention_backward_cuda_delta_in_pass_a): pass A forms D_i itself while
+  // it walks each row, writes it to delta and corrects its sums at the end of the row (see
+  // pass_a_kernel), and pass B reads it. The forward then never keeps out.
+  bool delta_in_pass_a = false;
 };
 
 void attention_forward_cpu(const AttentionParams& p);
@@ -134,6 +138,10 @@ size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b)
 int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b);
 // Whether GAT's destination-side gradients come from pass B's per-slot values (see slot_grad).
 bool attention_backward_cuda_gat_slot_grads(const AttentionBackwardParams& b);
+// Policy, decided by the forward: whether a CUDA backward with these gradients forms D_i inside
+// pass A (delta_in_pass_a), so that the forward need not keep out for it.
+bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bool grad_att,
+                                             bool grad_edge_key, bool grad_edge_value);
 void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream);
 void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, void* stream);
 // D_i = dout_i . out_i (float32, b.delta) alone, in the backward's own lane order: reads only

@@ -68,8 +68,9 @@ std::vector<at::Tensor> graph_attention_backward_cuda_impl(
   auto grads = attention_finish_grads(in, ga);  // reduces d att
   ga.att_partial = at::Tensor();                // and frees its partial
   auto pass_b = attention_backward_params(in, out, stats, g_out, needs_b, gb);
-  pass_b.delta = pass_a.delta;
+  pass_b.delta = pass_a.delta;  // D_i from delta_kernel, or formed by pass A (delta_in_pass_a)
   pass_b.delta_ready = true;
+  pass_b.delta_in_pass_a = false;
   run(pass_b);
   grads[0] = gb.value;
   grads[1 + kSrcScore] = gb.operands[kSrcScore];
