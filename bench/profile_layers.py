@@ -38,7 +38,7 @@ def main():
             out.backward(gout)
             torch.cuda.synchronize()
         print(f"=== {name} on {args.graph}: one forward + backward")
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.top, max_name_column_width=70))
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.top, max_name_column_width=110))
 
 
 def profile_train_step(args, ei, n):
@@ -65,7 +65,7 @@ def profile_train_step(args, ei, n):
         torch.cuda.synchronize()
     print(f"=== {training.LAYER} on {args.graph}: one training step")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.top,
-                                    max_name_column_width=70))
+                                    max_name_column_width=110))
 
 
 if __name__ == "__main__":

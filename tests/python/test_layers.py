@@ -674,3 +674,31 @@ def test_hub_of_100k_neighbours(device, name, opts):
         inputs["edge_weight"], shadowed = gcn_weights(ei, inputs["edge_weight"])
     call = call_with_weight(ei) if weighted else call_without_weight(ei)
     check_against_pyg(pyg, ours, call, inputs, shadowed=shadowed)
+
+
+@pytest.mark.parametrize("biases", [(True, True), (True, False, True, True)])
+def test_linears_of_one_input(biases):
+    """The shared-input linears of GATv2Conv / TransformerConv (one autograd node, one d x
+    buffer): float64 gradcheck of every input, and in float32 the plain linears' outputs (same
+    bits: the same F.linear) and gradients (d x as a sum of the same products, summed in the
+    same order; to fp32 rounding)."""
+    from gnnio.nn._common import linears_of_one_input
+    gen = torch.Generator().manual_seed(5)
+    lins = [torch.nn.Linear(8, 6 + k, bias=b) for k, b in enumerate(biases)]
+    x = torch.randn(40, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    params = [p for lin in lins for p in lin.double().parameters()]
+    assert torch.autograd.gradcheck(lambda x, *p: linears_of_one_input(x, *lins), (x, *params))
+    for lin in lins:
+        lin.float()
+    x32 = x.detach().float().requires_grad_()
+    fused = linears_of_one_input(x32, *lins)
+    plain = [lin(x32) for lin in lins]
+    gouts = [torch.randn(y.shape, generator=gen) for y in plain]
+    inputs = [x32] + [p for lin in lins for p in lin.parameters()]
+    got = torch.autograd.grad(fused, inputs, gouts)
+    want = torch.autograd.grad(plain, inputs, gouts)
+    for a, b in zip(fused, plain):
+        assert torch.equal(a, b)
+    for a, b in zip(got, want):
+        # a sum of len(lins) GEMM results: rounding of len(lins) additions of the largest term
+        assert (a - b).abs().max() <= 4 * len(lins) * torch.finfo(torch.float32).eps * b.abs().max()

@@ -63,13 +63,29 @@ __global__ void merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C
   const int64_t hi = blockIdx.x / H, h = blockIdx.x % H;
   const int64_t first = first_item(split, hi), last = first_item(split, hi + 1);
   float sc = 0.0f, a[CPL] = {}, b2[CPL] = {};
-  for (int64_t it = first + q; it < last; it += G) {
-    const float* slot = part.base + (it * H + h) * part.stride;
-    sc += slot[0];
+  for (int64_t it0 = first + q; it0 < last; it0 += kMergeBatch * G) {
+    float sb[kMergeBatch], ab[kMergeBatch][CPL], bb[kMergeBatch][CPL];
 #pragma unroll
-    for (int t = 0; t < CPL; ++t) {
-      const int64_t c = int64_t(g.sub) * CPL + t;
-      if (c < C) a[t] += slot[1 + c], b2[t] += slot[1 + C + c];
+    for (int u = 0; u < kMergeBatch; ++u) {  // loads first (past the end: the first item again)
+      const int64_t it = it0 + int64_t(u) * G;
+      const float* slot = part.base + ((it < last ? it : first) * H + h) * part.stride;
+      sb[u] = slot[0];
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) {
+        const int64_t c = int64_t(g.sub) * CPL + t;
+        ab[u][t] = c < C ? slot[1 + c] : 0.0f;
+        bb[u][t] = c < C ? slot[1 + C + c] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      if (it0 + int64_t(u) * G >= last) break;
+      sc += sb[u];
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) {
+        const int64_t c = int64_t(g.sub) * CPL + t;
+        if (c < C) a[t] += ab[u][t], b2[t] += bb[u][t];
+      }
     }
   }
   float* mine = shared + q * part.stride;
@@ -119,10 +135,20 @@ __global__ void merge_online_kernel(RowSplit split, Partials part, int64_t H, in
   const int64_t first = first_item(split, hi), last = first_item(split, hi + 1);
   const float shift0 = part.base[(first * H + h) * part.stride + S::kShift];
   float rel = 0.0f, wsum = 0.0f;  // sum of p (r g - shift0), sum of p
-  for (int64_t it = first + q; it < last; it += G) {
-    const float* slot = part.base + (it * H + h) * part.stride;
-    rel += slot[S::kDelta] + (slot[S::kShift] - shift0) * slot[S::kWeight];
-    wsum += slot[S::kWeight];
+  for (int64_t it0 = first + q; it0 < last; it0 += kMergeBatch * G) {
+    float sh[kMergeBatch], wt[kMergeBatch], dl[kMergeBatch];
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      const int64_t it = it0 + int64_t(u) * G;
+      const float* slot = part.base + ((it < last ? it : first) * H + h) * part.stride;
+      sh[u] = slot[S::kShift], wt[u] = slot[S::kWeight], dl[u] = slot[S::kDelta];
+    }
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      if (it0 + int64_t(u) * G >= last) break;
+      rel += dl[u] + (sh[u] - shift0) * wt[u];
+      wsum += wt[u];
+    }
   }
   if (g.sub == 0) shared[2 * q] = rel, shared[2 * q + 1] = wsum;
   __syncthreads();
@@ -132,16 +158,31 @@ __global__ void merge_online_kernel(RowSplit split, Partials part, int64_t H, in
   // D - shift0, without forming D first (D can be large and the row's r g alike).
   const float d_rel = rel + shift0 * (wsum - 1.0f);
   float a[CPL] = {}, b2[CPL] = {};
-  for (int64_t it = first + q; it < last; it += G) {
-    const float* slot = part.base + (it * H + h) * part.stride;
-    const float corr = d_rel + (shift0 - slot[S::kShift]);  // D - shift_t
-    const float* vecs = slot + S::kVectors;
+  for (int64_t it0 = first + q; it0 < last; it0 += kMergeBatch * G) {
+    float corr[kMergeBatch], vb[kMergeBatch][4][CPL];
 #pragma unroll
-    for (int t = 0; t < CPL; ++t) {
-      const int64_t c = int64_t(g.sub) * CPL + t;
-      if (c < C) {
-        a[t] += vecs[c] - corr * vecs[C + c];
-        b2[t] += vecs[2 * C + c] - corr * vecs[3 * C + c];
+    for (int u = 0; u < kMergeBatch; ++u) {  // loads first (past the end: the first item again)
+      const int64_t it = it0 + int64_t(u) * G;
+      const float* slot = part.base + ((it < last ? it : first) * H + h) * part.stride;
+      corr[u] = d_rel + (shift0 - slot[S::kShift]);  // D - shift_t
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+#pragma unroll
+        for (int t = 0; t < CPL; ++t) {
+          const int64_t c = int64_t(g.sub) * CPL + t;
+          vb[u][x][t] = c < C ? slot[S::kVectors + x * C + c] : 0.0f;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      if (it0 + int64_t(u) * G >= last) break;
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) {
+        const int64_t c = int64_t(g.sub) * CPL + t;
+        if (c < C) {
+          a[t] += vb[u][0][t] - corr[u] * vb[u][1][t];
+          b2[t] += vb[u][2][t] - corr[u] * vb[u][3][t];
+        }
       }
     }
   }

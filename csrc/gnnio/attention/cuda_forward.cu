@@ -149,17 +149,32 @@ __global__ void merge_kernel(AttentionParams p, Partial part) {
   const int64_t H = p.heads, C = p.channels;
   const int64_t first = first_item(p.split, hi), last = first_item(p.split, hi + 1);
   float M = -INFINITY, S = 0.0f, acc[CPL] = {};
-  for (int64_t it = first + q; it < last; it += G) {
-    const int64_t slot = it * H + h;
-    const float m = part.m[slot], M_new = fmaxf(M, m);
-    const float r_old = expf(M - M_new), r = expf(m - M_new);
-    S = S * r_old + part.s[slot] * r;
+  for (int64_t it0 = first + q; it0 < last; it0 += kMergeBatch * G) {
+    float mb[kMergeBatch], sb[kMergeBatch], ab[kMergeBatch][CPL];
 #pragma unroll
-    for (int t = 0; t < CPL; ++t) {
-      const int64_t c = int64_t(g.sub) * CPL + t;
-      acc[t] = acc[t] * r_old + (c < C ? part.acc[slot * C + c] * r : 0.0f);
+    for (int u = 0; u < kMergeBatch; ++u) {  // loads first (past the end: the first item again)
+      const int64_t it = it0 + int64_t(u) * G, slot = (it < last ? it : first) * H + h;
+      mb[u] = part.m[slot];
+      sb[u] = part.s[slot];
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) {
+        const int64_t c = int64_t(g.sub) * CPL + t;
+        ab[u][t] = c < C ? part.acc[slot * C + c] : 0.0f;
+      }
     }
-    M = M_new;
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      if (it0 + int64_t(u) * G >= last) break;
+      const float m = mb[u], M_new = fmaxf(M, m);
+      const float r_old = expf(M - M_new), r = expf(m - M_new);
+      S = S * r_old + sb[u] * r;
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) {
+        const int64_t c = int64_t(g.sub) * CPL + t;
+        acc[t] = acc[t] * r_old + (c < C ? ab[u][t] * r : 0.0f);
+      }
+      M = M_new;
+    }
   }
   float* sm_m = shared;
   float* sm_s = shared + G;

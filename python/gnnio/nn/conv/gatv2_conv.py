@@ -4,7 +4,7 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
-from gnnio.nn._common import GraphCache, check_channels, split_pair
+from gnnio.nn._common import GraphCache, check_channels, linears_of_one_input, split_pair
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
                                     _combine_heads, _glorot, _reset_linear, _returned_edge_index,
                                     _with_self_loops)
@@ -107,10 +107,12 @@ class GATv2Conv(torch.nn.Module):
         if x_src.dim() != 2 or x_dst.dim() != 2:
             raise ValueError("gnnio.nn.GATv2Conv: node features must be 2-D [num_nodes, features]")
         res = self.res(x_dst) if self.res is not None else None
-        x_l = self.lin_l(x_src).view(-1, H, C)
         if x_dst is x_src and self.share_weights:
-            x_r = x_l
+            x_l = x_r = self.lin_l(x_src).view(-1, H, C)
+        elif x_dst is x_src:  # one d x buffer in the backward
+            x_l, x_r = (t.view(-1, H, C) for t in linears_of_one_input(x_src, self.lin_l, self.lin_r))
         else:
+            x_l = self.lin_l(x_src).view(-1, H, C)
             x_r = self.lin_r(x_dst).view(-1, H, C)
 
         num_src, num_dst = x_src.size(0), x_dst.size(0)

@@ -4,7 +4,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from gnnio.nn._common import GraphCache, check_channels, split_pair
+from gnnio.nn._common import GraphCache, check_channels, linears_of_one_input, split_pair
 from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _reset_linear, _returned_edge_index
 from gnnio.ops import attention_weights, graph_attention
 
@@ -95,10 +95,20 @@ class TransformerConv(torch.nn.Module):
         # (an [N_dst, F] gradient of x_dst, held until every use of x_dst is done) runs after the
         # attention's instead of being alive across it; and without beta the output is written
         # into the skip's own buffer (addmm's backward does not need its output). Same values.
-        x_r = self.lin_skip(x_dst) if self.root_weight else None
-        query = self.lin_query(x_dst).view(-1, H, C)
-        key = self.lin_key(x_src).view(-1, H, C)
-        value = self.lin_value(x_src).view(-1, H, C)
+        # One input (not bipartite): the four linears in one autograd node, with one d x buffer
+        # in the backward (linears_of_one_input); its backward runs after the attention's, so
+        # the skip's gradient is not alive across it either.
+        if x_dst is x_src:
+            lins = (self.lin_query, self.lin_key, self.lin_value) + \
+                ((self.lin_skip,) if self.root_weight else ())
+            query, key, value, *skip = linears_of_one_input(x_src, *lins)
+            x_r = skip[0] if skip else None
+            query, key, value = (t.view(-1, H, C) for t in (query, key, value))
+        else:
+            x_r = self.lin_skip(x_dst) if self.root_weight else None
+            query = self.lin_query(x_dst).view(-1, H, C)
+            key = self.lin_key(x_src).view(-1, H, C)
+            value = self.lin_value(x_src).view(-1, H, C)
         graph = self._graphs.get(edge_index, x_src.size(0), x_dst.size(0))
         edge = None
         if self.lin_edge is not None:
