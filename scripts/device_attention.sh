@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for an attention change: build, the attention family's CUDA tests (TEST_S),
-# then the powerlaw-1M-16M attention rows in DTYPES (ATT_S each). Pass GNNIO_COMMIT=<sent commit>.
+# then the powerlaw-1M-16M attention rows in DTYPES (ATT_S each). TEST_K: a pytest -k expression
+# (spaces allowed). Pass GNNIO_COMMIT=<sent commit>.
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
@@ -12,7 +13,7 @@ fi
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
 if [ "${TEST_S:-200}" -gt 0 ]; then
   timeout "${TEST_S:-200}" python3 -m pytest tests/python/test_head_scores.py tests/python/test_attention_cuda.py \
-    tests/python/test_layers.py -m cuda -q -p no:cacheprovider > "$OUT/pytest-attention.log" 2>&1
+    tests/python/test_layers.py -m cuda ${TEST_K:+-k "$TEST_K"} -q -p no:cacheprovider > "$OUT/pytest-attention.log" 2>&1
   echo "tests: $(( $(date +%s) - T0 )) s"
 fi
 for dtype in ${DTYPES-float32}; do  # DTYPES="" runs no bench rows

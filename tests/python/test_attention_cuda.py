@@ -479,13 +479,17 @@ def test_cuda_backward_lets_go_of_out(monkeypatch, kind):
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 @pytest.mark.parametrize("graph_name", ["random", "hub_in", "hub_out", "bipartite"])
 def test_cuda_gatv2_delta_in_pass_a(monkeypatch, graph_name, dropout, dtype, in_pass_a):
-    """GATv2's D_i formed by pass A on its walk over each row (the default: sums relative to the
-    row's first r g, corrected once D_i is known; a super node's items corrected in
-    merge_online_kernel) or by delta_kernel from the kept out (GNNIO_GATV2_DELTA_IN_PASS_A=0),
-    with an edge key that needs no gradient (with one, pass A needs D_i at each slot and keeps
-    the other path), dropout, fp32 and bf16. Against float64 on the CPU from the same rounded
+    """GATv2's D_i formed by pass A on its walk over each row (GNNIO_GATV2_DELTA_IN_PASS_A=1:
+    sums relative to the row's first r g, corrected once D_i is known; a super node's items
+    corrected in merge_online_kernel) or by delta_kernel from the kept out (the default), with
+    an edge key that needs no gradient (with one, pass A needs D_i at each slot and keeps the
+    other path), dropout, fp32 and bf16. Against float64 on the CPU from the same rounded
     operands: fp32 accumulation over up to L terms, sqrt(L) eps32 (4x margin), plus one
-    rounding to the output dtype, of the scale of each gradient."""
+    rounding to the output dtype, of the scale of each gradient. Pass A's sums relative to the
+    shift s: each term p_k (r g_k - s) f_k has |r g_k - s| <= |r g_k - D_i| + |D_i - s| <= 2
+    max_k |r g_k - D_i|, and the correction (D_i - s) B adds one more sum of that size: 3x the
+    accumulation part of the bound (measured: 1.15x the 1x bound on the bipartite graph's
+    30-slot rows, the only failure at 1x)."""
     monkeypatch.setenv("GNNIO_GATV2_DELTA_IN_PASS_A", in_pass_a)
     ei, (ns, nd) = GRAPHS[graph_name]
     gen = torch.Generator().manual_seed(torch.seed())
@@ -508,15 +512,16 @@ def test_cuda_gatv2_delta_in_pass_a(monkeypatch, graph_name, dropout, dtype, in_
     for name, got, exact in zip(names, grads, want):
         terms = ei.size(1) if name == "att" else max(degrees)
         err, scale = (got.cpu().double() - exact).abs().max().item(), exact.abs().max().item()
-        rel = 4 * math.sqrt(max(terms, 1)) * EPS32 + out_eps
+        shifted = 3 if in_pass_a == "1" and name in ("query", "att") else 1
+        rel = shifted * 4 * math.sqrt(max(terms, 1)) * EPS32 + out_eps
         assert err <= rel * scale, f"d {name}: error {err:.3g} > {rel:.2g} x scale {scale:.3g}"
 
 
 def test_cuda_gatv2_forward_keeps_no_out(monkeypatch):
-    """By default GATv2's forward keeps no reference to out (pass A forms D_i): dropping the
-    caller's out frees it, an in-place change of it does not matter, and retain_graph gives a
-    second backward with the same bits. With GNNIO_GATV2_DELTA_IN_PASS_A=0 the autograd node
-    keeps it (until its backward)."""
+    """With GNNIO_GATV2_DELTA_IN_PASS_A=1 GATv2's forward keeps no reference to out (pass A
+    forms D_i): dropping the caller's out frees it, an in-place change of it does not matter,
+    and retain_graph gives a second backward with the same bits. By default (=0) the autograd
+    node keeps it (until its backward)."""
     ei, n = random_graph(20_000, 200_000, generator=torch.Generator().manual_seed(6))
     g = gnnio.Graph(ei.cuda(), num_nodes=n)
     value, ops = operands("gatv2", n, n, ei.size(1), False, torch.float32, torch.Generator().manual_seed(7))

@@ -496,13 +496,16 @@ bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bo
   // Policy: GATv2's pass A walks every destination row before pass B anyway, so it can form D_i
   // (sum over the row of p r g) on the way instead of delta_kernel reading out: the forward then
   // does not keep out, one N x H x C buffer less from the forward to the backward of every
-  // layer (in a stack, every layer's out is alive until the backward reaches it). Not when a
-  // per-slot gradient (d edge_key, d edge_value) is asked for: that needs D_i at each slot.
-  // GNNIO_GATV2_DELTA_IN_PASS_A=0 keeps out and delta_kernel (A/B).
+  // layer (in a stack, every layer's out is alive until the backward reaches it: the 3-layer
+  // GATv2 training step on powerlaw-1M-8M went from 9.62 to 7.93 GiB). But pass A carries two
+  // more C-vectors per lane and got 37% slower (9.5 -> 13.0 ms a layer there; the step 87 ->
+  // 93 ms), and its sums relative to a shift lose up to ~3x more to rounding than r g - D_i
+  // (commit ef568ef): a memory saver to opt into with GNNIO_GATV2_DELTA_IN_PASS_A=1. Never when
+  // a per-slot gradient (d edge_key, d edge_value) is asked for: that needs D_i at each slot.
   if (kind != ScoreKind::kGatV2 || !(grad_query || grad_att) || grad_edge_key || grad_edge_value)
     return false;
   const char* knob = std::getenv("GNNIO_GATV2_DELTA_IN_PASS_A");
-  return !(knob && knob[0] == '0');
+  return knob && knob[0] == '1';
 }
 
 size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b) {
