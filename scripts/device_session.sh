@@ -48,5 +48,7 @@ if [ "${TRAIN_S:-0}" -gt 0 ] || [ "${TRAIN2_S:-0}" -gt 0 ]; then  # TRAIN_ARGS /
 fi
 # Keep the JSON/MD results at the top, tar the rest.
 find "$ROOT" -mindepth 2 \( -name 'nvidia-h200-*.json' -o -name 'nvidia-h200-*.md' \) -exec mv {} "$ROOT"/ \;
-(cd "$ROOT" && tar czf logs.tgz --exclude=logs.tgz $(ls -d */ 2>/dev/null) && rm -rf $(ls -d */ 2>/dev/null))
+# (Written outside $ROOT first: an --exclude=logs.tgz would also drop the stages' own logs.tgz.)
+(cd "$ROOT" && tar czf /tmp/gnnio-session-logs.tgz $(ls -d */ 2>/dev/null) && rm -rf $(ls -d */ 2>/dev/null) \
+  && mv /tmp/gnnio-session-logs.tgz logs.tgz)
 ls "$ROOT"
