@@ -12,7 +12,6 @@ import re
 from collections import defaultdict
 
 import torch
-import torch.nn.functional as F
 
 import gnnio
 
@@ -69,18 +68,7 @@ def main():
             layer(x, ei).backward(gout)
     else:
         from gnnio.bench import training
-        models, _ = training.examples()
-        x = torch.randn(n, 128, device="cuda")
-        y = torch.randint(0, training.NUM_CLASSES, (n,), device="cuda")
-        idx = torch.randperm(n, device="cuda")[: n // 2]
-        graph = models.graph_input("gnnio", ei, n)
-        net = models.build_model(training.MODEL, "gnnio", 128, training.NUM_CLASSES).cuda()
-        opt = torch.optim.Adam(net.parameters(), lr=training.LR)
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(net(x, graph)[idx], y[idx]).backward()
-            opt.step()
+        step = training.example_step(ei, n, ei.device)
     for _ in range(2):
         step()
     torch.cuda.synchronize()

@@ -42,21 +42,8 @@ def main():
 
 
 def profile_train_step(args, ei, n):
-    import torch.nn.functional as F
     from gnnio.bench import training
-    models, _ = training.examples()
-    x = torch.randn(n, 128, device="cuda")
-    y = torch.randint(0, training.NUM_CLASSES, (n,), device="cuda")
-    train_idx = torch.randperm(n, device="cuda")[: n // 2]
-    graph = models.graph_input("gnnio", ei, n)
-    net = models.build_model(training.MODEL, "gnnio", 128, training.NUM_CLASSES).cuda()
-    opt = torch.optim.Adam(net.parameters(), lr=training.LR)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(net(x, graph)[train_idx], y[train_idx]).backward()
-        opt.step()
-
+    step = training.example_step(ei, n, ei.device)
     for _ in range(3):
         step()
     torch.cuda.synchronize()

@@ -185,3 +185,15 @@ def test_scale_generator_has_the_standard_distribution():
     src_deg = torch.bincount(ei[0].long(), minlength=n).double()  # sources uniform
     assert src_deg.max() < 2 * e / n
     assert torch.equal(scale.generate(n, e, chunk=30_000), ei)  # seeded
+
+
+def test_example_step_trains_the_gnnio_model():
+    """training.example_step (what the profile and the allocator trace run): one call is one
+    Adam step of the gnnio GATv2 model: its weights change."""
+    data = gnnio.datasets.load("cora")
+    step = training.example_step(data.edge_index, data.num_nodes, torch.device("cpu"), features=16)
+    net = step.model
+    assert isinstance(net.convs[0], gnnio.nn.GATv2Conv)
+    before = [p.detach().clone() for p in net.parameters()]
+    step()
+    assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters()))

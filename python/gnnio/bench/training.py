@@ -175,6 +175,28 @@ def _measure(impl, row, models, train, data, ei, n, device, dtype, args, curves)
     row["peak_extra_gib"] = peak_extra_gib(step, device)
 
 
+def example_step(edge_index, num_nodes, device, features=128, seed=0):
+    """A closure that runs one step (zero_grad, forward, cross entropy on half the nodes,
+    backward, Adam) of the gnnio model of these rows on random features and labels: what
+    ``bench/profile_layers.py --train`` and ``bench/memory_snapshot.py`` look inside. Not a
+    timed row (those are ``bench_train_step``'s). ``step.model`` is the model."""
+    models, _ = examples()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(num_nodes, features, generator=gen, device=device)
+    y = torch.randint(0, NUM_CLASSES, (num_nodes,), generator=gen, device=device)
+    idx = torch.randperm(num_nodes, generator=gen, device=device)[: num_nodes // 2]
+    graph = models.graph_input("gnnio", edge_index, num_nodes)
+    net = models.build_model(MODEL, "gnnio", features, NUM_CLASSES, seed=seed).to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=LR)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(x, graph)[idx], y[idx]).backward()
+        opt.step()
+    step.model = net
+    return step
+
+
 def _compile(model, data, graph, backend, device):
     """(compiled model, seconds of its first forward+backward, note). One eager call first fills
     the Graph's caches (the self-loop graph, the transpose, the plans: a Graph is built outside a
