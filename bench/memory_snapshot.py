@@ -80,9 +80,10 @@ def main():
     torch.cuda.memory._record_memory_history(enabled=None)
     trace = snap["device_traces"][torch.cuda.current_device()]
     peak, blocks = peak_blocks(trace)
+    # Frees of blocks allocated before the step (e.g. the last step's gradients, at zero_grad)
+    # are not subtracted: this can exceed max_memory_allocated - before by their size.
     print(f"=== {args.layer or 'GATv2x3-train'} on {args.graph}: before the step {base / GIB:.2f} "
-          f"GiB; the step's own blocks at its peak {peak / GIB:.3f} GiB "
-          f"(torch.cuda.max_memory_allocated counts the same peak above 'before')")
+          f"GiB; the blocks allocated during the step and alive at its peak {peak / GIB:.3f} GiB")
     groups = defaultdict(lambda: [0, 0])
     for size, frames in blocks:
         g = groups[label(frames)]

@@ -28,3 +28,4 @@ tail -1 "$OUT/pytest-attention.log" | cut -c1-200
 if [ -n "${DTYPES-float32}" ]; then
   echo "=== attention"; grep -hE "powerlaw-1M-16M" "$OUT"/nvidia-h200-attention-powerlaw-*.md | cut -c1-220
 fi
+exit 0  # the summary above may grep nothing (a stopped bench): not a failure of the call

@@ -445,8 +445,8 @@ def test_cuda_gat_destination_grads_from_slots(monkeypatch, hubs, edge_terms, dt
 def test_cuda_backward_lets_go_of_out(monkeypatch, kind):
     """Once D_i is formed the backward drops its reference to out (unless the graph is kept):
     the gradients then reuse out's memory, so the backward's peak is lower by about out's size
-    than with retain_graph=True, and the gradients are the same bits. (GATv2 with out kept:
-    by default it keeps none, test_cuda_gatv2_forward_keeps_no_out.)"""
+    than with retain_graph=True, and the gradients are the same bits. (GATv2 with out kept, the
+    default; with GNNIO_GATV2_DELTA_IN_PASS_A=1 it keeps none, test_cuda_gatv2_forward_keeps_no_out.)"""
     monkeypatch.setenv("GNNIO_GATV2_DELTA_IN_PASS_A", "0")
     ei, n = random_graph(20_000, 200_000, generator=torch.Generator().manual_seed(6))
     g = gnnio.Graph(ei.cuda(), num_nodes=n)

@@ -702,3 +702,23 @@ def test_linears_of_one_input(biases):
     for a, b in zip(got, want):
         # a sum of len(lins) GEMM results: rounding of len(lins) additions of the largest term
         assert (a - b).abs().max() <= 4 * len(lins) * torch.finfo(torch.float32).eps * b.abs().max()
+
+
+def test_linears_of_one_input_respects_hooks_and_torch_func():
+    """A hook on one of a layer's linears still runs (its module's own call is used), and
+    torch.func.grad works through the fused node."""
+    layer = gnnio.nn.GATv2Conv(8, 4, heads=2)
+    ei, n = random_graph(30, 120, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(n, 8, generator=torch.Generator().manual_seed(2))
+    calls = []
+    handle = layer.lin_l.register_forward_hook(lambda *a: calls.append(1))
+    layer(x, ei)
+    handle.remove()
+    assert calls == [1]
+    from gnnio.nn._common import linears_of_one_input
+    lins = [torch.nn.Linear(8, 3), torch.nn.Linear(8, 5)]
+    g = torch.func.grad(lambda x: sum(y.square().sum() for y in linears_of_one_input(x, *lins)))(x)
+    x_ = x.clone().requires_grad_()
+    want, = torch.autograd.grad(sum(lin(x_).square().sum() for lin in lins), x_)
+    # d x as a sum of the same two products in another order: a few roundings of the largest
+    assert (g - want).abs().max() <= 8 * torch.finfo(torch.float32).eps * want.abs().max()

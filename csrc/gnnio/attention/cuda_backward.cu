@@ -122,7 +122,9 @@ __device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& 
   }
 }
 
-template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
+// kOnline (GATv2 only): b.delta_in_pass_a. A template parameter, so that the default kernel
+// carries none of that mode's registers.
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kOnline>
 __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
   // lrelu(z)), with shift = the first slot's r g, next to sum p (r g - shift) and sum p; at
   // the end D_i = shift + that, and each result is A - (D_i - shift) B. Relative to a shift the
   // terms stay as small as the r g - D_i of the other path when a row's r g are alike.
-  const bool online = K == ScoreKind::kGatV2 && b.delta_in_pass_a;
+  constexpr bool online = K == ScoreKind::kGatV2 && kOnline;
   const float m = st[0], s = st[1];
   const float delta = online ? 0.0f : static_cast<const float*>(b.delta)[i * H + h];
   float g_score = 0.0f, dq[CPL], bq[CPL], batt[CPL];
@@ -589,8 +591,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           GNNIO_CHECK(b.att_blocks == 0 || (b.grad_att_partial && b.att_blocks == pass_a_blocks(p, L)),
                       ErrorKind::kInvalidArgument,
                       "graph_attention backward: att_blocks must be attention_backward_cuda_att_blocks(b)");
-          dispatch_kind(p.kind, [&](auto kind) {
-            auto* kernel = pass_a_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>;
+          auto launch = [&](auto* kernel) {
             if (b.att_blocks > 0) {  // a measurement knob (see attention_backward_cuda_att_blocks)
               const char* knob = std::getenv("GNNIO_ATT_BLOCKS");
               GNNIO_CUDA_CHECK(cudaFuncSetAttribute(
@@ -598,6 +599,16 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
                   knob && knob[0] == '2' ? int(cudaSharedmemCarveoutMaxL1) : int(cudaSharedmemCarveoutDefault)));
             }
             kernel<<<pass_a_blocks(p, L), kThreads, b.att_blocks > 0 ? kThreads * CPL * sizeof(float) : 0, s>>>(q, part_a);
+          };
+          dispatch_kind(p.kind, [&](auto kind) {
+            constexpr ScoreKind KK = decltype(kind)::value;
+            if constexpr (KK == ScoreKind::kGatV2) {
+              if (online) {
+                launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, true>);
+                return;
+              }
+            }
+            launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, false>);
           });
           const unsigned heavy_blocks = static_cast<unsigned>(p.split.num_heavy * H);
           if (p.split.num_heavy > 0 && online)

@@ -86,14 +86,19 @@ class _LinearsOfOneInput(torch.autograd.Function):
     each d y_k W_k added into the same buffer by its GEMM (``addmm_``, beta 1: the same sum
     fl(d x + d y_k W_k) as autograd's add), where autograd would make one [N, in] gradient per
     linear and add them: k - 1 elementwise passes over [N, in] (0.7 ms each at 1M x 256 fp32 on
-    an H200) and two such buffers alive at once."""
+    an H200) and two such buffers alive at once. (forward / setup_context separate, as
+    torch.func's transforms need.)"""
 
     @staticmethod
-    def forward(ctx, x, *weights_and_biases):
+    def forward(x, *weights_and_biases):
         weights, biases = weights_and_biases[0::2], weights_and_biases[1::2]
-        ctx.save_for_backward(x, *weights)
-        ctx.has_bias = [b is not None for b in biases]
         return tuple(torch.nn.functional.linear(x, w, b) for w, b in zip(weights, biases))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, *weights_and_biases = inputs
+        ctx.save_for_backward(x, *weights_and_biases[0::2])
+        ctx.has_bias = [b is not None for b in weights_and_biases[1::2]]
 
     @staticmethod
     def backward(ctx, *grads):
@@ -113,11 +118,21 @@ class _LinearsOfOneInput(torch.autograd.Function):
         return tuple(result)
 
 
-def linears_of_one_input(x: torch.Tensor, *linears: torch.nn.Linear) -> Tuple[torch.Tensor, ...]:
+def _plain_linear(lin: torch.nn.Module) -> bool:
+    """A torch.nn.Linear whose call is exactly F.linear: not a subclass or wrapper (QAT, LoRA),
+    no hooks of its own or global ones (weight_norm, spectral_norm, user hooks)."""
+    from torch.nn.modules import module as m
+    return (type(lin) is torch.nn.Linear and not lin._forward_hooks and not lin._forward_pre_hooks
+            and not m._global_forward_hooks and not m._global_forward_pre_hooks)
+
+
+def linears_of_one_input(x: torch.Tensor, *linears: torch.nn.Module) -> Tuple[torch.Tensor, ...]:
     """``tuple(lin(x) for lin in linears)``, with one d x buffer in the backward (see
-    :class:`_LinearsOfOneInput`). Plain calls under autocast (whose casts the Function would
-    have to repeat) and for a single linear."""
-    if len(linears) < 2 or torch.is_autocast_enabled(x.device.type):
+    :class:`_LinearsOfOneInput`) when every one is a plain ``torch.nn.Linear``
+    (:func:`_plain_linear`); each module's own call otherwise, under autocast (whose casts the
+    Function would have to repeat) and for a single linear."""
+    if (len(linears) < 2 or torch.is_autocast_enabled(x.device.type)
+            or not all(_plain_linear(lin) for lin in linears)):
         return tuple(lin(x) for lin in linears)
     args = []
     for lin in linears:
