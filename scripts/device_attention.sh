@@ -5,12 +5,9 @@
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
-mkdir -p "$OUT/build"
-if [ "${BUILD:-1}" = 1 ]; then
-  OUT="$OUT/build" bash scripts/device_run.sh build > "$OUT/build-stage.log" 2>&1 || { tail -30 "$OUT/build-stage.log"; exit 1; }
-  echo "build: $(( $(date +%s) - T0 )) s"
-fi
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
+source scripts/device_common.sh
+device_build
+device_env
 if [ "${TEST_S:-200}" -gt 0 ]; then
   timeout "${TEST_S:-200}" python3 -m pytest tests/python/test_head_scores.py tests/python/test_attention_cuda.py \
     tests/python/test_layers.py -m cuda ${TEST_K:+-k "$TEST_K"} -q -p no:cacheprovider > "$OUT/pytest-attention.log" 2>&1

@@ -5,10 +5,9 @@
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
-mkdir -p "$OUT/build"
-OUT="$OUT/build" bash scripts/device_run.sh build > "$OUT/build-stage.log" 2>&1 || { tail -30 "$OUT/build-stage.log"; exit 1; }
-echo "build: $(( $(date +%s) - T0 )) s"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
+source scripts/device_common.sh
+device_build
+device_env
 timeout ${TEST_S:-200} python3 -m pytest tests/python -m cuda -v -p no:cacheprovider ${TEST_ARGS:-} \
   > "$OUT/pytest.log" 2>&1
 echo "tests: $(( $(date +%s) - T0 )) s"

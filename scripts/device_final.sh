@@ -5,8 +5,9 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gnnio-out}
 export PYTEST_ARGS="-k cuda --continue-on-collection-errors"
-mkdir -p "$OUT/build"
-OUT="$OUT/build" bash scripts/device_run.sh build > "$OUT/build-stage.log" 2>&1 || { tail -30 "$OUT/build-stage.log"; exit 1; }
+T0=$(date +%s)
+source scripts/device_common.sh
+device_build
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python:/tmp/site" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
 [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 timeout ${TEST_S:-90} python3 -m pytest tests/python/test_attention_cuda.py tests/python/test_cuda_graphs.py \

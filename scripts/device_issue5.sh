@@ -26,12 +26,9 @@ PERMS=${PERMS:-.data/perms}
 COMPUTE_ORDERS=${COMPUTE_ORDERS:-degree}
 PREFIX=${PREFIX:-nvidia-h200}
 STUDY_ARGS=${STUDY_ARGS:-}
-mkdir -p "$OUT/build"
-if [ "${BUILD:-1}" = 1 ]; then
-  OUT="$OUT/build" bash scripts/device_run.sh build > "$OUT/build-stage.log" 2>&1 || { tail -30 "$OUT/build-stage.log"; exit 1; }
-  echo "build: $(( $(date +%s) - T0 )) s"
-fi
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
+source scripts/device_common.sh
+device_build
+device_env
 echo "perms: $(ls "$PERMS"/*.pt 2>/dev/null | wc -l) files in $PERMS"
 
 study() {  # name, seconds, args...

@@ -21,12 +21,9 @@ SCALE_ARGS=${SCALE_ARGS:-}
 left() { echo $(( TOTAL_S - ($(date +%s) - T0) )); }
 cap() { local l; l=$(( $(left) - ${2:-10} )); echo $(( $1 < l ? $1 : l )); }  # limit, reserve
 
-mkdir -p "$OUT/build"
-if [ "${BUILD:-1}" = 1 ]; then
-  OUT="$OUT/build" bash scripts/device_run.sh build > "$OUT/build-stage.log" 2>&1 || { tail -30 "$OUT/build-stage.log"; exit 1; }
-  echo "build: $(( $(date +%s) - T0 )) s"
-fi
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
+source scripts/device_common.sh
+device_build
+device_env
 
 train() {  # name, seconds, args...
   local name=$1 limit=$2; shift 2

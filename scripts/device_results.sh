@@ -8,12 +8,9 @@
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
-mkdir -p "$OUT/build"
-if [ "${BUILD:-1}" = 1 ]; then
-  OUT="$OUT/build" bash scripts/device_run.sh build > "$OUT/build-stage.log" 2>&1 || { tail -30 "$OUT/build-stage.log"; exit 1; }
-fi
-echo "build: $(( $(date +%s) - T0 )) s"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
+source scripts/device_common.sh
+device_build
+device_env
 if [ "${WSB_TEST_S:-0}" -gt 0 ]; then
   timeout $WSB_TEST_S python3 -m pytest tests/python/test_wsb_cuda.py -v -p no:cacheprovider > "$OUT/pytest-wsb.log" 2>&1
   echo "wsb tests: $(( $(date +%s) - T0 )) s"

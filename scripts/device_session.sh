@@ -19,7 +19,8 @@ stamp() { echo "[$1: $(( $(date +%s) - T0 )) s]"; }
 
 OUT="$ROOT/attention" DTYPES="${ATT_DTYPES:-}" TEST_S=${TEST_S:-150} bash scripts/device_attention.sh || exit 1
 stamp attention
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
+source scripts/device_common.sh
+device_env
 if [ "${PLAN_S:-0}" -gt 0 ]; then
   OUT="$ROOT/planner" BUILD=0 REORDER_S=0 PLAN_S="$PLAN_S" bash scripts/device_issue5.sh | tail -40
   stamp planner
