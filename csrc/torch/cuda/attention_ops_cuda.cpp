@@ -63,15 +63,12 @@ std::vector<at::Tensor> graph_attention_backward_cuda_impl(
   std::vector<int64_t> needs_a(needs.begin(), needs.end()), needs_b(9, 0);
   for (int i : {0, 1 + kSrcScore, 1 + kKey}) needs_b[i] = needs[i], needs_a[i] = 0;
   AttentionGrads ga, gb;
-  const auto pass_a = attention_backward_params(in, out, stats, g_out, needs_a, ga);
-  run(pass_a);
+  run(attention_backward_params(in, out, stats, g_out, needs_a, ga));
   auto grads = attention_finish_grads(in, ga);  // reduces d att
   ga.att_partial = at::Tensor();                // and frees its partial
-  auto pass_b = attention_backward_params(in, out, stats, g_out, needs_b, gb);
-  pass_b.delta = pass_a.delta;  // D_i from delta_kernel, or formed by pass A (delta_in_pass_a)
-  pass_b.delta_ready = true;
-  pass_b.delta_in_pass_a = false;
-  run(pass_b);
+  // Pass B takes the D_i of the first call (from delta_kernel, or formed by pass A) in place of
+  // out, as the autograd passes it: no second delta buffer, delta_kernel not run again.
+  run(attention_backward_params(in, ga.delta, stats, g_out, needs_b, gb));
   grads[0] = gb.value;
   grads[1 + kSrcScore] = gb.operands[kSrcScore];
   grads[1 + kKey] = gb.operands[kKey];

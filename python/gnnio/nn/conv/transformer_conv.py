@@ -98,10 +98,11 @@ class TransformerConv(torch.nn.Module):
         # One input (not bipartite): the four linears in one autograd node, with one d x buffer
         # in the backward (linears_of_one_input); its backward runs after the attention's, so
         # the skip's gradient is not alive across it either.
+        # (The skip listed first, for the fallback to the modules' own calls.)
         if x_dst is x_src:
-            lins = (self.lin_query, self.lin_key, self.lin_value) + \
-                ((self.lin_skip,) if self.root_weight else ())
-            query, key, value, *skip = linears_of_one_input(x_src, *lins)
+            lins = ((self.lin_skip,) if self.root_weight else ()) + \
+                (self.lin_query, self.lin_key, self.lin_value)
+            *skip, query, key, value = linears_of_one_input(x_src, *lins)
             x_r = skip[0] if skip else None
             query, key, value = (t.view(-1, H, C) for t in (query, key, value))
         else:
