@@ -3,6 +3,7 @@ standard graph under torch.profiler, the top CUDA kernels by total time; with ``
 training step of the examples' 3-layer GATv2 (the ``GATv2x3-train`` row: forward, cross entropy,
 backward, Adam). For NOTES.md, not a benchmark (the benchmark protocol is gnnio.bench's)."""
 import argparse
+import contextlib
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -18,6 +19,9 @@ def main():
     p.add_argument("--top", type=int, default=14)
     p.add_argument("--train", action="store_true",
                    help="profile the GATv2x3-train step instead of the layers")
+    p.add_argument("--ncu", action="store_true",
+                   help="no torch.profiler: mark the measured call with cudaProfilerStart/Stop, "
+                        "for `ncu --profile-from-start off` (scripts/device_session.sh's NCU)")
     args = p.parse_args()
     data = gnnio.datasets.load(args.graph)
     ei = data.edge_index.cuda()
@@ -33,12 +37,26 @@ def main():
             gout = torch.randn_like(out) if gout is None else gout
             out.backward(gout)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with measured(args) as prof:
             out = layer(x, ei)
             out.backward(gout)
             torch.cuda.synchronize()
+        if prof is None:
+            continue
         print(f"=== {name} on {args.graph}: one forward + backward")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.top, max_name_column_width=110))
+
+
+@contextlib.contextmanager
+def measured(args):
+    """torch.profiler around the measured call, or (--ncu) the CUDA profiler range ncu waits for."""
+    if not args.ncu:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            yield prof
+        return
+    torch.cuda.profiler.start()
+    yield None
+    torch.cuda.profiler.stop()
 
 
 def profile_train_step(args, ei, n):
@@ -47,9 +65,11 @@ def profile_train_step(args, ei, n):
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with measured(args) as prof:
         step()
         torch.cuda.synchronize()
+    if prof is None:
+        return
     print(f"=== {training.LAYER} on {args.graph}: one training step")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.top,
                                     max_name_column_width=110))

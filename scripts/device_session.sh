@@ -6,6 +6,8 @@
 #   profiles                       bench/profile_layers.py       (PROFILE_S each; PROFILES lists
 #                                  "train:<graph>" or "layers:<graph>:<layer,...>")
 #   memory snapshots               bench/memory_snapshot.py      (SNAPSHOTS, like PROFILES)
+#   ncu                            bench/profile_layers.py --ncu under Nsight Compute (NCU_S; NCU lists
+#                                  "<graph>:<layer or train>:<kernel regex>"; --set full, clocks left alone)
 #   GATv2x3-train                  scripts/device_issue7.sh      (TRAIN_S on TRAIN_ARGS as TRAIN_NAME,
 #                                  TRAIN2_S on TRAIN2_ARGS; 0 skips)
 # Results to commit are copied to $OUT (JSON + MD); everything else is tarred into logs.tgz (the
@@ -41,6 +43,21 @@ for spec in ${SNAPSHOTS:-}; do  # "train:<graph>" or "layer:<graph>:<layer>"
     > "$ROOT/profiles/snapshot-$kind-$graph.log" 2>&1 || echo "snapshot $spec: stopped (rc $?)"
   tail -18 "$ROOT/profiles/snapshot-$kind-$graph.log" | cut -c1-230
   stamp "snapshot $spec"
+done
+mkdir -p "$ROOT/ncu"
+for spec in ${NCU:-}; do
+  IFS=: read -r graph layer kernels <<< "$spec"
+  if [ "$layer" = train ]; then args=(--train); else args=(--layers "$layer"); fi
+  rep="$ROOT/ncu/$layer-$graph"
+  timeout "${NCU_S:-120}" ncu --clock-control none --profile-from-start off --set full \
+    -k "regex:$kernels" -c "${NCU_COUNT:-8}" -f -o "$rep" \
+    python3 bench/profile_layers.py --graph "$graph" "${args[@]}" --ncu > "$rep.run.log" 2>&1 \
+    || echo "ncu $spec: stopped (rc $?)"
+  tail -3 "$rep.run.log"
+  ncu --import "$rep.ncu-rep" --page details --print-details all > "$rep.details.log" 2>&1
+  grep -E "^  [a-z_]+<|^  [a-z_]+_kernel|Duration|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Issued Warp|Local Memory|stalled|Est. Speedup" \
+    "$rep.details.log" | cut -c1-200 | head -150
+  stamp "ncu $spec"
 done
 if [ "${TRAIN_S:-0}" -gt 0 ] || [ "${TRAIN2_S:-0}" -gt 0 ]; then  # TRAIN_ARGS / TRAIN2_ARGS pass through
   OUT="$ROOT/train" BUILD=0 TRAIN_S="${TRAIN_S:-0}" SCALE_S=0 TRAIN2_S="${TRAIN2_S:-0}" \
