@@ -123,8 +123,8 @@ __device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& 
 }
 
 // kOnline (GATv2 only): b.delta_in_pass_a. A template parameter, so that the default kernel
-// carries none of that mode's registers.
-template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kOnline>
+// carries none of that mode's registers. kKeyIsValue: key_is_value(p) (dispatch_kind_kv).
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue, bool kOnline>
 __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
@@ -159,7 +159,6 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
   bool first = true;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) dq[t] = bq[t] = batt[t] = 0.0f;
-  const bool value_is_key = p.key == p.value && !p.edge_key && !p.edge_value;
   constexpr int U = kSlotsInFlight<K, CPL>;
   using Batch = SlotBatch<index_t, L, U>;
   // Slots u0 .. u0 + n - 1 of the batch at base: loads first, then the arithmetic.
@@ -169,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
     for (int u = 0; u < U; ++u) {
       const int64_t k = base + u0 + (u < n ? u : 0), j = batch.get(g, u0, u);
       load_key<K, scalar_t, L, CPL>(p, g, j, k, h, kk[u]);
-      if (K == ScoreKind::kGat || !value_is_key) {
+      if (!kKeyIsValue) {
         load_value<scalar_t, L, CPL>(p, g, j, k, h, v[u]);
       } else {
 #pragma unroll
@@ -277,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
   if (b.att_blocks > 0) att_block_sum<L, CPL>(b, g, datt);
 }
 
-template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue>
 __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
@@ -298,10 +297,15 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(Atte
   } else {
     load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.key) + (j * H + h) * C, c0, C, vec, key_j);
   }
-  load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + (j * H + h) * C, c0, C, vec, value_j);
+  if constexpr (kKeyIsValue) {
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) value_j[t] = key_j[t];
+  } else {
+    load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + (j * H + h) * C, c0, C, vec, value_j);
+  }
   if constexpr (K == ScoreKind::kGatV2)
     load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.att) + h * C, c0, C, vec, att);
-  const bool edge_terms = p.edge_score || p.edge_key || p.edge_value;
+  const bool edge_terms = !kKeyIsValue && (p.edge_score || p.edge_key || p.edge_value);
   float g_score = 0.0f, gval[CPL], gkey[CPL];
 #pragma unroll
   for (int t = 0; t < CPL; ++t) gval[t] = gkey[t] = 0.0f;
@@ -600,15 +604,16 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
             }
             kernel<<<pass_a_blocks(p, L), kThreads, b.att_blocks > 0 ? kThreads * CPL * sizeof(float) : 0, s>>>(q, part_a);
           };
-          dispatch_kind(p.kind, [&](auto kind) {
+          dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
             constexpr ScoreKind KK = decltype(kind)::value;
+            constexpr bool KV = decltype(key_is_value)::value;
             if constexpr (KK == ScoreKind::kGatV2) {
               if (online) {
-                launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, true>);
+                launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true>);
                 return;
               }
             }
-            launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, false>);
+            launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, false>);
           });
           const unsigned heavy_blocks = static_cast<unsigned>(p.split.num_heavy * H);
           if (p.split.num_heavy > 0 && online)
@@ -623,8 +628,8 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
         if (need_b && p.num_src > 0) {
-          dispatch_kind(p.kind, [&](auto kind) {
-            pass_b_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>
+          dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
+            pass_b_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL, decltype(key_is_value)::value>
                 <<<blocks_for((p.num_src + b.split_t.num_items) * H * L), kThreads, 0, s>>>(q, part_b);
           });
           if (b.split_t.num_heavy > 0)

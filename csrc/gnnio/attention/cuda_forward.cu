@@ -22,7 +22,8 @@ struct Partial {  // workspace layout of the work items' partial states
   float* acc;     // [num_items, H, C]
 };
 
-template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL>
+// kKeyIsValue: key_is_value(p) (dispatch_kind_kv).
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue>
 __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) forward_kernel(AttentionParams p, Partial part) {
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -50,8 +51,6 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) forward_kernel(Att
 #pragma unroll
   for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
   auto* weights = static_cast<float*>(p.weights);
-  // GATv2's key is its value (no edge terms): one load serves both.
-  const bool value_is_key = p.key == p.value && !p.edge_key && !p.edge_value;
   constexpr int U = kSlotsInFlight<K, CPL>;
   using Batch = SlotBatch<index_t, L, U>;
   // One step: slots u0 .. u0 + n - 1 of the batch, their loads issued before any arithmetic
@@ -65,7 +64,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) forward_kernel(Att
     for (int u = 0; u < U; ++u) {
       const int64_t k = base + u0 + (u < n ? u : 0);
       load_key<K, scalar_t, L, CPL>(p, g, j[u], k, h, kk[u]);
-      if (K == ScoreKind::kGat || !value_is_key) {
+      if (!kKeyIsValue) {  // GATv2's key is its value (no edge terms): one load serves both
         load_value<scalar_t, L, CPL>(p, g, j[u], k, h, v[u]);
       } else {
 #pragma unroll
@@ -272,8 +271,8 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
         q.vector_io = rows_aligned(p, CPL, {});
         set_dropout_test(q);
         const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
-        dispatch_kind(p.kind, [&](auto kind) {
-          forward_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL>
+        dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
+          forward_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL, decltype(key_is_value)::value>
               <<<blocks_for(groups * L), kThreads, 0, s>>>(q, part);
         });
         GNNIO_CUDA_CHECK(cudaGetLastError());

@@ -249,6 +249,25 @@ void dispatch_kind(ScoreKind kind, Fn&& fn) {
   }
 }
 
+// Whether GATv2's value rows are its key rows with no edge term on either: one row load per slot.
+inline bool key_is_value(const AttentionParams& p) {
+  return p.kind == ScoreKind::kGatV2 && p.key == p.value && !p.edge_key && !p.edge_value;
+}
+
+// dispatch_kind, and fn's second argument std::true_type when key_is_value(p). A kernel whose
+// key and value rows may differ holds both for its slots in flight even when they are the same
+// (GATv2's forward, pass A and pass B spilled 68-120 bytes a thread at 4 x 32 channels); the
+// constant lets it hold one.
+template <typename Fn>
+void dispatch_kind_kv(const AttentionParams& p, Fn&& fn) {
+  dispatch_kind(p.kind, [&](auto kind) {
+    if constexpr (decltype(kind)::value == ScoreKind::kGatV2) {
+      if (key_is_value(p)) return fn(kind, std::true_type{});
+    }
+    fn(kind, std::false_type{});
+  });
+}
+
 inline int blocks_for(int64_t threads) {
   const int64_t b = (threads + kThreads - 1) / kThreads;
   return static_cast<int>(b < 1 ? 1 : (b > (1 << 30) ? (1 << 30) : b));
@@ -271,7 +290,9 @@ void dispatch_layout(int64_t channels, Fn&& fn) {
     return fn(std::integral_constant<int, 32>{}, cpl);
   };
   if (channels <= 32 * kCpl) return with(std::integral_constant<int, kCpl>{});
-  return with(std::integral_constant<int, 8>{});
+  // 129..256 float32 channels: 17..32 lanes of 8, so only L = 32 (not with(8), which would
+  // instantiate five layouts that no call reaches).
+  return fn(std::integral_constant<int, 32>{}, std::integral_constant<int, 8>{});
 }
 
 constexpr int64_t kMaxCudaChannels = 256;
