@@ -550,3 +550,48 @@ def test_cuda_gatv2_forward_keeps_no_out(monkeypatch):
     second = torch.autograd.grad(out, leaves, gout)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("in_pass_a", ["0", "1"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layer", ["GATConv", "GATv2Conv"])
+def test_cuda_layer_output_is_the_kept_out(monkeypatch, layer, dtype, in_pass_a):
+    """With heads concatenated and a bias, the attention op adds the bias to its out, so the
+    layer's output is the buffer the op keeps for D_i: after the forward, the layer holds its
+    projections and that one [N, H * C] output (out + bias would be a second). Gradients as with
+    the bias added outside the op (the same module with the fusion turned off), to the
+    float32 accumulation bound; bf16 keeps a float32 out_acc without the bias instead."""
+    monkeypatch.setenv("GNNIO_GATV2_DELTA_IN_PASS_A", in_pass_a)
+    import gnnio.nn.conv.gat_conv as gat_conv
+    ei, n = random_graph(20_000, 200_000, generator=torch.Generator().manual_seed(21))
+    torch.manual_seed(22)
+    cls = getattr(gnnio.nn, layer)
+    m = cls(64, 32, heads=4, add_self_loops=False).cuda().to(dtype)
+    torch.nn.init.normal_(m.bias, std=0.5)
+    x = torch.randn(n, 64, device="cuda", dtype=dtype, requires_grad=True)
+    ei = ei.cuda()
+    m(x, ei)  # the Graph's caches and the plan
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    y = m(x, ei)
+    held = torch.cuda.memory_allocated() - before
+    row = n * 4 * 32 * dtype.itemsize
+    # GATv2: x_l, x_r and the output; GAT: h and the output (and the [N, H] scores); bf16 also a
+    # float32 out_acc unless pass A forms D_i.
+    buffers = (3 if layer == "GATv2Conv" else 2) + (2 if dtype == torch.bfloat16 and
+                                                     not (layer == "GATv2Conv" and in_pass_a == "1") else 0)
+    assert held < (buffers + 0.5) * row, (held / row, buffers)
+    gout = torch.randn_like(y)
+    fused = torch.autograd.grad(y, [x] + list(m.parameters()), gout)
+    monkeypatch.setattr(gat_conv, "_op_bias", lambda *args: None)
+    if layer == "GATv2Conv":
+        import gnnio.nn.conv.gatv2_conv as gatv2_conv
+        monkeypatch.setattr(gatv2_conv, "_op_bias", lambda *args: None)
+    y2 = m(x, ei)
+    assert torch.equal(y, y2)
+    apart = torch.autograd.grad(y2, [x] + list(m.parameters()), gout)
+    eps = EPS32 if dtype == torch.float32 else torch.finfo(dtype).eps
+    max_degree = torch.bincount(ei[1].cpu()).max().item()
+    for (name, _), a, b in zip([("x", None)] + list(m.named_parameters()), fused, apart):
+        scale = b.abs().max().item()
+        assert (a - b).abs().max().item() <= (4 * math.sqrt(max_degree) * EPS32 + eps) * scale, name

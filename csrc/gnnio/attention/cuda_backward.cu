@@ -27,12 +27,15 @@ __global__ void delta_kernel(AttentionBackwardParams b) {
   if (group >= p.num_dst * p.heads) return;
   const int64_t C = p.channels;
   const auto* go = static_cast<const scalar_t*>(b.grad_out) + group * C;
+  // out_bias: the output bias added to out (never to out_acc), taken off again.
+  const auto* bias = static_cast<const scalar_t*>(b.out_bias);
+  const int64_t h = group % p.heads;
   auto lane_dot = [&](const auto* out) {  // out as scalar_t, or the float out_acc
     float part = 0.0f;
 #pragma unroll
     for (int t = 0; t < CPL; ++t) {
       const int64_t c = int64_t(g.sub) * CPL + t;
-      if (c < C) part += to_acc(go[c]) * to_acc(out[c]);
+      if (c < C) part += to_acc(go[c]) * (to_acc(out[c]) - (bias ? to_acc(bias[h * C + c]) : 0.0f));
     }
     return part;
   };
