@@ -25,15 +25,14 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr int kValueArg = 3;     // schema position of value; the 8 operands follow it
-constexpr int kBiasArg = 28;     // schema position of bias (the output bias)
-constexpr int kNumArgs = 30;     // the schema's 29 and grad_enabled
+constexpr int kNumArgs = 29;     // the schema's 28 and grad_enabled
 
 using ForwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, int64_t, double, double, double, int64_t, bool,
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
-    int64_t, const OptTensor&, const OptTensor&, int64_t, bool, const OptTensor&);
+    int64_t, const OptTensor&, const OptTensor&, int64_t, bool);
 using BackwardSig = std::vector<at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const c10::List<OptTensor>&,
     int64_t, at::ArrayRef<double>, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
@@ -54,7 +53,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
       const OptTensor& heavy_rows, const OptTensor& heavy_items, int64_t light_max_degree,
       const OptTensor& heavy_src, const OptTensor& heavy_src_items, int64_t light_max_out_degree,
-      bool save_out_acc, const OptTensor& bias, bool grad_enabled) {
+      bool save_out_acc, bool grad_enabled) {
     // Which gradients to compute, from the inputs themselves (needs_input_grad counts only
     // tensor arguments, which would make the indices depend on the schema's scalar positions).
     std::vector<int64_t> needs{value.requires_grad()};
@@ -70,7 +69,6 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       needs[kKeyNeed] = 2;
     bool any = false;
     for (int64_t n : needs) any |= n != 0;
-    const bool bias_grad = bias.has_value() && bias->requires_grad();
     // grad_enabled: the caller's grad mode (inside forward it is always off).
     // CUDA GATv2 (policy: attention_backward_cuda_delta_in_pass_a): the backward's pass A forms
     // D_i itself, so neither out nor out_acc is kept.
@@ -94,8 +92,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       return op.call(rowptr, col, kind, value, src_score, dst_score, edge_score, query, key,
                      edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,
                      need_weights, rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree,
-                     heavy_src, heavy_src_items, light_max_out_degree, save_out_acc || keep_acc,
-                     bias);
+                     heavy_src, heavy_src_items, light_max_out_degree, save_out_acc || keep_acc);
     }();
     ctx->mark_non_differentiable({stats, weights, out_acc});
     const at::Tensor& kept = keep_acc ? out_acc : out;
@@ -104,15 +101,12 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
                             plain(edge_score), plain(query), plain(key), plain(edge_key),
                             plain(att), plain(edge_value), rowptr_t, col_t, t2c, plain(heavy_rows),
                             plain(heavy_items), plain(heavy_src), plain(heavy_src_items), stats,
-                            hooked && !delta_in_pass_a ? kept : at::Tensor(), plain(bias)});
+                            hooked && !delta_in_pass_a ? kept : at::Tensor()});
     // Without saved-tensor hooks, out is kept outside the saved variables so that the backward
     // can drop it early: a detached alias (no reference back to this node) with the version
     // counter it shares, checked in the backward as autograd checks a saved variable. With hooks
     // (checkpointing, offloading) it is a saved variable as any other, so that they see it.
     ctx->saved_data["delta_in_pass_a"] = delta_in_pass_a;
-    // The kept out holds the output bias (out_acc never does): D_i is formed from out - bias.
-    ctx->saved_data["bias_in_kept"] = bias.has_value() && !keep_acc;
-    ctx->saved_data["bias_grad"] = bias_grad;
     if (!hooked && !delta_in_pass_a) {
       ctx->saved_data["out"] = kept.detach();
       ctx->saved_data["out_version"] = static_cast<int64_t>(kept._version());
@@ -149,12 +143,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
                   "inplace operation: the output of gnnio::graph_attention");
       if (!keep_graph) ctx->saved_data.erase("out");
     }
-    if (!grads[0].defined()) return result;
-    const at::Tensor& bias = s[20];
-    if (ctx->saved_data["bias_grad"].toBool())  // out = attention + bias over every row
-      result[kBiasArg] = grads[0].sum(0).reshape({-1});
-    if (!any) return result;
-    const bool bias_in_kept = ctx->saved_data["bias_in_kept"].toBool() && !delta_in_pass_a;
+    if (!any || !grads[0].defined()) return result;
     // sym_numel: under torch.compile the saved tensors have symbolic sizes.
     TORCH_CHECK_VALUE(s[11].sym_numel() != 0,
                       "graph_attention backward needs the transposed CSR (built when the forward "
@@ -171,12 +160,10 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     if (s[2].is_cuda() && !delta_in_pass_a) {
       static auto delta_op = c10::Dispatcher::singleton()
                                  .findSchemaOrThrow("gnnio::graph_attention_delta", "")
-                                 .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&)>();
+                                 .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
       // Once D_i is formed this is the last reference to out (unless the graph is kept, a hook
       // holds it, or the caller does): the gradients below can reuse its memory.
-      out = delta_op.call(out, grad_out, bias_in_kept ? opt(bias) : c10::nullopt);
-    } else if (bias_in_kept) {  // the CPU backward reads out itself: the attention output
-      out = out - bias.view({1, grad_out.size(1), grad_out.size(2)});
+      out = delta_op.call(out, grad_out);
     }
     auto g = op.call(s[0], s[1], ctx->saved_data["kind"].toInt(), s[2], operands,
                      ctx->saved_data["num_dst"].toInt(), coeffs, ctx->saved_data["seed"].toInt(),
@@ -196,13 +183,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_autog
     double dropout, int64_t seed, bool need_weights, const at::Tensor& rowptr_t,
     const at::Tensor& col_t, const at::Tensor& t2c, const OptTensor& heavy_rows,
     const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
-    const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc,
-    const OptTensor& bias) {
+    const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc) {
   auto outs = GraphAttentionFunction::apply(
       rowptr, col, kind, value, src_score, dst_score, edge_score, query, key, edge_key, att,
       edge_value, num_dst, negative_slope, scale, dropout, seed, need_weights, rowptr_t, col_t, t2c,
       heavy_rows, heavy_items, light_max_degree, heavy_src, heavy_src_items, light_max_out_degree,
-      save_out_acc, bias, at::GradMode::is_enabled());
+      save_out_acc, at::GradMode::is_enabled());
   return {outs[0], outs[1], outs[2], outs[3]};
 }
 

@@ -123,24 +123,6 @@ inline std::array<at::Tensor, 4> attention_outputs(AttentionParams& p, const at:
   return {out, stats, weights, out_acc};
 }
 
-// out += bias ([H * C], value's dtype and device) over each row: the layer's output bias, added
-// after the kernel so that out is the one [num_dst, H, C] buffer the layer returns and the
-// autograd keeps (not out_acc, which stays the attention output the backward's D_i needs).
-// check_output_bias before the kernel, add_output_bias after it.
-inline void check_output_bias(const at::Tensor& value, const OptTensor& bias) {
-  if (!bias.has_value()) return;
-  const int64_t HC = value.size(1) * value.size(2);
-  TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == HC && bias->is_contiguous(),
-                    text("graph_attention: bias must be contiguous [heads * channels] = [", HC,
-                         "], got ", sizes_text(bias->sizes())));
-  TORCH_CHECK_TYPE(bias->scalar_type() == value.scalar_type(), "graph_attention: bias must have value's dtype");
-  check_same_device(*bias, "bias", value, "value");
-}
-
-inline void add_output_bias(const at::Tensor& out, const OptTensor& bias) {
-  if (bias.has_value() && out.numel() > 0) out.view({out.size(0), out.size(1) * out.size(2)}).add_(*bias);
-}
-
 // Backward params and the gradient tensors (the nine of AttentionInputs' operands plus value,
 // order: value, then operands; empty tensors where not needed). grad_att is returned as the
 // per-destination partial; attention_finish_grads reduces it.

@@ -82,7 +82,7 @@ def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_s
                           edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,
                           need_weights, rowptr_t, col_t, t2c, heavy_rows=None, heavy_items=None,
                           light_max_degree=2**62, heavy_src=None, heavy_src_items=None,
-                          light_max_out_degree=2**62, save_out_acc=False, bias=None):
+                          light_max_out_degree=2**62, save_out_acc=False):
     acc = torch.float64 if value.dtype == torch.float64 else torch.float32
     heads, channels = value.size(1), value.size(2)
     keep_acc = save_out_acc and value.dtype in (torch.float16, torch.bfloat16)
@@ -92,7 +92,7 @@ def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_s
 
 
 @torch.library.register_fake("gnnio::graph_attention_delta")
-def _graph_attention_delta_fake(out, grad_out, bias=None):
+def _graph_attention_delta_fake(out, grad_out):
     return grad_out.new_empty(grad_out.size(0), grad_out.size(1), dtype=torch.float32)
 
 

@@ -168,8 +168,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
                     edge_key: Optional[torch.Tensor] = None, att: Optional[torch.Tensor] = None,
                     edge_value: Optional[torch.Tensor] = None, negative_slope: float = 0.2,
                     scale: float = 1.0, dropout: float = 0.0, seed: Optional[int] = None,
-                    return_weights: bool = False, degree_aware: Optional[bool] = None,
-                    bias: Optional[torch.Tensor] = None):
+                    return_weights: bool = False, degree_aware: Optional[bool] = None):
     r"""Fused graph attention, one streaming pass per destination and head (online softmax).
 
     For each destination :math:`i`, head :math:`h` and edge :math:`j \to i` (index :math:`k`):
@@ -185,10 +184,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     probability ``dropout`` (a counter-based mask of (seed, edge, head): the backward pass uses the
     same mask; ``seed=None`` draws one from torch's default generator), and
     :math:`\mathbf{out}_{i,h} = \sum_j \alpha_{ij} (V_{j,h} + V^{edge}_{k,h})`
-    (``value [num_src, H, C]``, ``edge_value [E, H, C]`` optional), plus ``bias [H * C]``
-    (optional) on every row: a layer's output bias, added by the op so that the out it keeps for
-    the backward is the layer's output (one ``[num_dst, H, C]`` buffer where ``out + bias``
-    makes two).
+    (``value [num_src, H, C]``, ``edge_value [E, H, C]`` optional).
 
     Per-edge operands are in the order of the edge_index the graph was built from. Only
     ``out [num_dst, H, C]`` and a per-(node, head) (max, sum) are stored; the backward pass
@@ -241,13 +237,6 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
             raise ValueError(f"{name} is on {t.device} but value is on {value.device}")
         if t is not None and t.dtype != value.dtype:
             raise TypeError(f"{name} must have value's dtype {value.dtype}, got {t.dtype}")
-    if bias is not None:
-        if not isinstance(bias, torch.Tensor) or bias.numel() != heads * channels:
-            raise ValueError(f"bias must be a Tensor of heads * channels = {heads * channels} values")
-        if bias.device != value.device or bias.dtype != value.dtype:
-            raise ValueError(f"bias must have value's device and dtype ({value.device}, {value.dtype}), "
-                             f"got ({bias.device}, {bias.dtype})")
-        bias = bias.reshape(-1).contiguous()
     if dropout > 0 and seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item())
     operands = (value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value)
@@ -266,8 +255,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     out, stats, weights, _ = _ops.graph_attention(
         fwd.rowptr, fwd.col, _KINDS[kind], value.contiguous(), src_score, dst_score, edge_score,
         query, key, edge_key, att, edge_value, nd, float(negative_slope), float(scale),
-        float(dropout), int(seed or 0), kernel_weights, rowptr_t, col_t, t2c, *split,
-        **({} if bias is None else dict(bias=bias)))
+        float(dropout), int(seed or 0), kernel_weights, rowptr_t, col_t, t2c, *split)
     if not return_weights:
         return out
     if kernel_weights:

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import gnnio
 from conftest import assert_no_worse_than_reference
@@ -514,3 +515,25 @@ def test_loss_on_returned_attention_weights_has_pyg_gradients(layer, opts):
         results.append(torch.autograd.grad(loss, [xi] + list(module.parameters())))
     for g_ours, g_pyg, g_exact in zip(results[1], results[0], results[2]):
         assert_no_worse_than_reference(g_ours, g_pyg, g_exact)
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+@pytest.mark.parametrize("concat", [True, False])
+def test_layer_output_may_be_changed_in_place(layer, concat):
+    """A layer's output is the caller's (as PyG's is): an in-place activation on it (F.elu(...,
+    inplace=True), as the examples' models do) leaves the backward intact, with the gradients
+    of the out-of-place call. (A fused output bias made the output the buffer the op keeps for
+    D_i, and this backward then refused the modified tensor: stop 14's training step.)"""
+    ei, n = random_graph(40, 300, generator=torch.Generator().manual_seed(3))
+    _, ours = make_pair(layer, 8, 4, heads=2, concat=concat)
+    with torch.no_grad():
+        for p in ours.parameters():  # no zero bias: a bias is what made the output the op's out
+            p.normal_()
+    x = torch.randn(n, 8, requires_grad=True)
+    want = torch.autograd.grad(F.elu(ours(x, ei)).sum(), [x] + list(ours.parameters()))
+    got = torch.autograd.grad(F.elu(ours(x, ei), inplace=True).sum(), [x] + list(ours.parameters()))
+    # ELU's in-place backward reads exp(x) - 1 + 1, not exp(x): one rounding apart, carried
+    # through sums over the edges; some gradients (a key bias under softmax) are 0 up to those.
+    scale = max(b.abs().max().item() for b in want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=4 * EPS32, atol=4 * math.sqrt(ei.size(1)) * EPS32 * scale)

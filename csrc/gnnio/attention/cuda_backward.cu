@@ -27,15 +27,12 @@ __global__ void delta_kernel(AttentionBackwardParams b) {
   if (group >= p.num_dst * p.heads) return;
   const int64_t C = p.channels;
   const auto* go = static_cast<const scalar_t*>(b.grad_out) + group * C;
-  // out_bias: the output bias added to out (never to out_acc), taken off again.
-  const auto* bias = static_cast<const scalar_t*>(b.out_bias);
-  const int64_t h = group % p.heads;
   auto lane_dot = [&](const auto* out) {  // out as scalar_t, or the float out_acc
     float part = 0.0f;
 #pragma unroll
     for (int t = 0; t < CPL; ++t) {
       const int64_t c = int64_t(g.sub) * CPL + t;
-      if (c < C) part += to_acc(go[c]) * (to_acc(out[c]) - (bias ? to_acc(bias[h * C + c]) : 0.0f));
+      if (c < C) part += to_acc(go[c]) * to_acc(out[c]);
     }
     return part;
   };
@@ -506,11 +503,13 @@ bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bo
   // (sum over the row of p r g) on the way instead of delta_kernel reading out: the forward then
   // does not keep out, one N x H x C buffer less from the forward to the backward of every
   // layer (in a stack, every layer's out is alive until the backward reaches it: the 3-layer
-  // GATv2 training step on powerlaw-1M-8M went from 9.62 to 7.93 GiB). But pass A carries two
-  // more C-vectors per lane and got 37% slower (9.5 -> 13.0 ms a layer there; the step 87 ->
-  // 93 ms), and its sums relative to a shift lose up to ~3x more to rounding than r g - D_i
-  // (commit ef568ef): a memory saver to opt into with GNNIO_GATV2_DELTA_IN_PASS_A=1. Never when
-  // a per-slot gradient (d edge_key, d edge_value) is asked for: that needs D_i at each slot.
+  // GATv2 training step on powerlaw-1M-8M went from 9.60 to 7.93 GiB, 1/10.0 of PyG's). Its
+  // two more C-vectors per lane once made pass A 37% slower (ef568ef), through spills; with the
+  // key rows held once (kKeyIsValue) the step takes the same time either way (71.9 vs 72.0 ms,
+  // e11cc4e). Its sums relative to a shift lose up to ~3x more to rounding than r g - D_i where
+  // a row's r g spread widely, so it stays a memory saver to opt into with
+  // GNNIO_GATV2_DELTA_IN_PASS_A=1. Never when a per-slot gradient (d edge_key, d edge_value) is
+  // asked for: that needs D_i at each slot.
   if (kind != ScoreKind::kGatV2 || !(grad_query || grad_att) || grad_edge_key || grad_edge_value)
     return false;
   const char* knob = std::getenv("GNNIO_GATV2_DELTA_IN_PASS_A");

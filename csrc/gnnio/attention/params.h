@@ -121,9 +121,6 @@ struct AttentionBackwardParams {
   // delta already holds D_i for this out and grad_out (a second call of the same backward, for
   // the other pass): delta_kernel is skipped.
   bool delta_ready = false;
-  // Optional [H * C] (value's dtype): out holds attention + out_bias (the op added a layer's
-  // output bias); delta_kernel then forms D_i from out - out_bias.
-  const void* out_bias = nullptr;
   // No out (CUDA GATv2, attention_backward_cuda_delta_in_pass_a): pass A forms D_i itself while
   // it walks each row, writes it to delta and corrects its sums at the end of the row (see
   // pass_a_kernel), and pass B reads it. The forward then never keeps out.

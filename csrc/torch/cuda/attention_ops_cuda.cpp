@@ -15,22 +15,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_cuda_
     double dropout, int64_t seed, bool need_weights, const at::Tensor& rowptr_t,
     const at::Tensor& col_t, const at::Tensor& t2c, const OptTensor& heavy_rows,
     const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
-    const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc,
-    const OptTensor& bias) {
+    const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc) {
   const c10::cuda::CUDAGuard guard(value.device());
   const auto in = attention_inputs(rowptr, col, kind, value, src_score, dst_score, edge_score, query,
                                    key, edge_key, att, edge_value, num_dst, negative_slope, scale,
                                    dropout, seed, rowptr_t, col_t, t2c, heavy_rows, heavy_items,
                                    light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
   AttentionParams p = attention_params(in);
-  check_output_bias(value, bias);
   auto [out, stats, weights, out_acc] = attention_outputs(p, value, need_weights, save_out_acc);
   translate_errors([&] {
     auto ws = at::empty({static_cast<int64_t>(attention_forward_cuda_workspace_bytes(p))},
                         value.options().dtype(at::kByte));
     attention_forward_cuda(p, ws.data_ptr(), at::cuda::getCurrentCUDAStream().stream());
   });
-  add_output_bias(out, bias);
   return {out, stats, weights, out_acc};
 }
 
@@ -78,8 +75,7 @@ std::vector<at::Tensor> graph_attention_backward_cuda_impl(
   return grads;
 }
 
-at::Tensor graph_attention_delta_cuda_impl(const at::Tensor& out, const at::Tensor& grad_out,
-                                           const OptTensor& bias) {
+at::Tensor graph_attention_delta_cuda_impl(const at::Tensor& out, const at::Tensor& grad_out) {
   const c10::cuda::CUDAGuard guard(grad_out.device());
   TORCH_CHECK_VALUE(grad_out.dim() == 3 && grad_out.is_contiguous() && out.sizes() == grad_out.sizes() &&
                         out.is_contiguous() && out.device() == grad_out.device(),
@@ -87,12 +83,8 @@ at::Tensor graph_attention_delta_cuda_impl(const at::Tensor& out, const at::Tens
   const bool out_is_acc = low_precision(grad_out) && out.scalar_type() == at::kFloat;
   TORCH_CHECK_TYPE(out.scalar_type() == grad_out.scalar_type() || out_is_acc,
                    "graph_attention_delta: out must have grad_out's dtype (or be float32 out_acc)");
-  TORCH_CHECK_VALUE(!bias.has_value() || !out_is_acc,
-                    "graph_attention_delta: bias is added to out, never to out_acc");
-  check_output_bias(grad_out, bias);
   auto delta = at::empty({grad_out.size(0), grad_out.size(1)}, grad_out.options().dtype(at::kFloat));
   AttentionBackwardParams b;
-  b.out_bias = ptr_or_null(bias);
   b.fwd.scalar_type = scalar_type_of(grad_out, "graph_attention_delta: grad_out");
   b.fwd.num_dst = grad_out.size(0);
   b.fwd.heads = grad_out.size(1);
