@@ -41,10 +41,7 @@ def main():
             out = layer(x, ei)
             out.backward(gout)
             torch.cuda.synchronize()
-        if prof is None:
-            continue
-        print(f"=== {name} on {args.graph}: one forward + backward")
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.top, max_name_column_width=110))
+        print_top(prof, f"{name} on {args.graph}: one forward + backward", args.top)
 
 
 @contextlib.contextmanager
@@ -68,11 +65,15 @@ def profile_train_step(args, ei, n):
     with measured(args) as prof:
         step()
         torch.cuda.synchronize()
+    print_top(prof, f"{training.LAYER} on {args.graph}: one training step", args.top)
+
+
+def print_top(prof, title, top):
+    """The top CUDA kernels by total time (nothing under --ncu, where ncu holds the counters)."""
     if prof is None:
         return
-    print(f"=== {training.LAYER} on {args.graph}: one training step")
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.top,
-                                    max_name_column_width=110))
+    print(f"=== {title}")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=110))
 
 
 if __name__ == "__main__":

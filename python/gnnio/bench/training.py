@@ -156,6 +156,18 @@ def _measure(impl, row, models, train, data, ei, n, device, dtype, args, curves)
     curves[impl] = curve
 
     # Timing: further steps of a fresh optimizer (the same work as the curve's steps).
+    loss_of, step, opt = _step_fns(net, data, graph)
+    row["fwd_bwd_ms"] = median_ms(step, device, args.warmup, args.repeat)
+    row["fwd_ms"] = median_ms(loss_of, device, 1, args.repeat)
+    opt.zero_grad(set_to_none=True)
+    if cuda:
+        row["state_gib"] = (torch.cuda.memory_allocated(device) - before) / 2**30
+    row["peak_extra_gib"] = peak_extra_gib(step, device)
+
+
+def _step_fns(net, data, graph):
+    """(loss_of, step, opt): the loss of one forward (cross entropy on ``data.train_idx``) and
+    one training step with a fresh Adam ``opt`` (zero_grad, forward, loss, backward, step)."""
     opt = torch.optim.Adam(net.parameters(), lr=LR)
 
     def loss_of():
@@ -166,13 +178,7 @@ def _measure(impl, row, models, train, data, ei, n, device, dtype, args, curves)
         opt.zero_grad(set_to_none=True)
         loss_of().backward()
         opt.step()
-
-    row["fwd_bwd_ms"] = median_ms(step, device, args.warmup, args.repeat)
-    row["fwd_ms"] = median_ms(loss_of, device, 1, args.repeat)
-    opt.zero_grad(set_to_none=True)
-    if cuda:
-        row["state_gib"] = (torch.cuda.memory_allocated(device) - before) / 2**30
-    row["peak_extra_gib"] = peak_extra_gib(step, device)
+    return loss_of, step, opt
 
 
 def example_step(edge_index, num_nodes, device, features=128, seed=0):
@@ -187,12 +193,7 @@ def example_step(edge_index, num_nodes, device, features=128, seed=0):
     idx = torch.randperm(num_nodes, generator=gen, device=device)[: num_nodes // 2]
     graph = models.graph_input("gnnio", edge_index, num_nodes)
     net = models.build_model(MODEL, "gnnio", features, NUM_CLASSES, seed=seed).to(device)
-    opt = torch.optim.Adam(net.parameters(), lr=LR)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(net(x, graph)[idx], y[idx]).backward()
-        opt.step()
+    _, step, _ = _step_fns(net, SimpleNamespace(x=x, y=y, train_idx=idx), graph)
     step.model = net
     return step
 
