@@ -375,8 +375,9 @@ def test_retain_graph_second_backward_same_gradients(device):
 
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
 def test_inplace_change_of_out_is_refused(monkeypatch, device):
-    # GATv2 on CUDA keeps no out with GNNIO_GATV2_DELTA_IN_PASS_A=1 (its pass A forms D_i): the
-    # kept-out path (the default) is tested here, the other in test_attention_cuda.py.
+    # GATv2 on CUDA keeps no out by default (its pass A forms D_i): the kept-out path (the CPU's,
+    # and CUDA's with GNNIO_GATV2_DELTA_IN_PASS_A=0) is tested here, the other in
+    # test_attention_cuda.py.
     monkeypatch.setenv("GNNIO_GATV2_DELTA_IN_PASS_A", "0")
     g, x, q, att = _saved_out_case(device)
     out = gnnio.ops.graph_attention(g, "gatv2", x, query=q, key=x, att=att)

@@ -62,15 +62,10 @@ __device__ inline bool task_range(const void* rowptr_v, const RowSplit& split, i
   return true;
 }
 
-// Slot k's (head h) weight p_k and r g_k = dout_i . (r v_k), with r its dropout factor, from
-// its loaded key and value and row i's dout and stats.
-template <ScoreKind K, typename scalar_t, int L, int CPL>
-__device__ inline void slot_terms(const AttentionParams& p, const Group<L>& g,
-                                  const DstSide<scalar_t, CPL>& d, const float (&gi)[CPL], float m,
-                                  float s, const float (&kk)[CPL], const float (&v)[CPL], int64_t k,
-                                  int64_t h, float (&z)[CPL], float& prob, float& r, float& rg) {
-  const float e = score_of<K, scalar_t, L, CPL>(p, g, d, kk, z);
-  prob = expf(e - m) / s;
+// r g_k = dout_i . (r v_k) of slot k (head h), with r its dropout factor.
+template <typename scalar_t, int L, int CPL>
+__device__ inline float slot_rg(const AttentionParams& p, const Group<L>& g, const float (&gi)[CPL],
+                                const float (&v)[CPL], int64_t k, int64_t h, float& r) {
   r = dropout_factor(p, k, h);
   // r applied per channel and rounded as the forward's acc was (fl(r v) for a one-edge row),
   // then summed in delta_kernel's lane order: a one-edge row's r g - D is then exactly 0, as in
@@ -78,7 +73,19 @@ __device__ inline void slot_terms(const AttentionParams& p, const Group<L>& g,
   float part = 0.0f;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) part += gi[t] * (r * v[t]);
-  rg = g.sum(part);
+  return g.sum(part);
+}
+
+// Slot k's (head h) weight p_k and r g_k, from its loaded key and value and row i's dout and
+// stats.
+template <ScoreKind K, typename scalar_t, int L, int CPL>
+__device__ inline void slot_terms(const AttentionParams& p, const Group<L>& g,
+                                  const DstSide<scalar_t, CPL>& d, const float (&gi)[CPL], float m,
+                                  float s, const float (&kk)[CPL], const float (&v)[CPL], int64_t k,
+                                  int64_t h, float (&z)[CPL], float& prob, float& r, float& rg) {
+  const float e = score_of<K, scalar_t, L, CPL>(p, g, d, kk, z);
+  prob = expf(e - m) / s;
+  rg = slot_rg<scalar_t, L, CPL>(p, g, gi, v, k, h, r);
 }
 
 // de_k = p_k (r g_k - D_i) of slot k; prob_r = p_k r.
@@ -148,14 +155,14 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
   const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
   // online (delta_in_pass_a, GATv2): D_i is not known yet. The row's sums are then kept as
   // A = sum p (r g - shift) f and B = sum p f for each f (d query's att * lrelu'(z), d att's
-  // lrelu(z)), with shift = the first slot's r g, next to sum p (r g - shift) and sum p; at
-  // the end D_i = shift + that, and each result is A - (D_i - shift) B. Relative to a shift the
-  // terms stay as small as the r g - D_i of the other path when a row's r g are alike.
+  // lrelu(z)), next to sum p (r g - shift) and sum p, with the shift moved after every step
+  // to the running estimate of D_i (sums rebased: A -= moved B); at the end D_i = shift + that,
+  // and each result is A - (D_i - shift) B.
   constexpr bool online = K == ScoreKind::kGatV2 && kOnline;
   const float m = st[0], s = st[1];
   const float delta = online ? 0.0f : static_cast<const float*>(b.delta)[i * H + h];
   float g_score = 0.0f, dq[CPL], bq[CPL], batt[CPL];
-  float shift = 0.0f, wsum = 0.0f, rel = 0.0f;  // online: first r g, sum p, sum p (r g - shift)
+  float shift = 0.0f, wsum = 0.0f, rel = 0.0f;  // online: shift, sum p, sum p (r g - shift)
   bool first = true;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) dq[t] = bq[t] = batt[t] = 0.0f;
@@ -175,57 +182,78 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
         for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
       }
     }
+    if constexpr (K == ScoreKind::kGatV2 && kOnline) {  // no per-slot outputs here
+      // r g of the step's slots first: their plain mean is the row's first shift, so that the
+      // first step's terms p (r g - shift) are not measured from one outlying slot.
+      float rgs[U], first_mean = 0.0f;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (u >= n) continue;  // uniform across the group
-      const int64_t k = base + u0 + u;
-      float z[CPL], prob_r;
-      if constexpr (K == ScoreKind::kGatV2) {
-        if (online) {  // no per-slot outputs here (attention_backward_cuda_delta_in_pass_a)
-          float prob, r, rg;
-          slot_terms<K, scalar_t, L, CPL>(p, g, d, gi, m, s, kk[u], v[u], k, h, z, prob, r, rg);
-          if (first) shift = rg, first = false;
-          const float x = prob * (rg - shift);
-          wsum += prob;
-          rel += x;
+      for (int u = 0; u < U; ++u) {
+        float r;
+        rgs[u] = u < n ? slot_rg<scalar_t, L, CPL>(p, g, gi, v[u], base + u0 + u, h, r) : 0.0f;
+        first_mean += rgs[u];
+      }
+      if (first) shift = first_mean / n, first = false;
 #pragma unroll
-          for (int t = 0; t < CPL; ++t) {
-            const float f = d.att[t] * (z[t] > 0.0f ? 1.0f : slope), lz = leaky(z[t], slope);
-            dq[t] += x * f;
-            bq[t] += prob * f;
-            datt[t] += x * lz;
-            batt[t] += prob * lz;
-          }
+      for (int u = 0; u < U; ++u) {
+        if (u >= n) continue;  // uniform across the group
+        float z[CPL];
+        const float prob = expf(score_of<K, scalar_t, L, CPL>(p, g, d, kk[u], z) - m) / s;
+        const float x = prob * (rgs[u] - shift);
+        wsum += prob;
+        rel += x;
+#pragma unroll
+        for (int t = 0; t < CPL; ++t) {
+          const float f = d.att[t] * (z[t] > 0.0f ? 1.0f : slope), lz = leaky(z[t], slope);
+          dq[t] += x * f;
+          bq[t] += prob * f;
+          datt[t] += x * lz;
+          batt[t] += prob * lz;
+        }
+      }
+      if (wsum > 0.0f) {
+        // Then the shift moves to the running estimate of D_i (the p-weighted mean r g so far),
+        // the sums rebased with it: the terms stay about as small as the default path's
+        // r g - D_i. A shift fixed at the first slot's r g cost up to 3x its rounding (v10).
+        const float moved = (shift + rel / wsum) - shift;  // the move as rounded
+        shift += moved;
+        rel -= moved * wsum;
+#pragma unroll
+        for (int t = 0; t < CPL; ++t) dq[t] -= moved * bq[t], datt[t] -= moved * batt[t];
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (u >= n) continue;  // uniform across the group
+        const int64_t k = base + u0 + u;
+        float z[CPL], prob_r;
+        const float de = slot_grad<K, scalar_t, L, CPL>(p, g, d, gi, m, s, delta, kk[u], v[u], k, h, z, prob_r);
+        if (b.grad_edge_value) {
+          float ev[CPL];
+#pragma unroll
+          for (int t = 0; t < CPL; ++t) ev[t] = prob_r * gi[t];
+          store_row<scalar_t, L, CPL>(b.grad_edge_value, (k * H + h) * C, g, C, p.vector_io, ev);
+        }
+        if constexpr (K == ScoreKind::kGat) {
+          const float gz = de * (z[0] > 0.0f ? 1.0f : slope);
+          g_score += gz;
+          if (b.grad_edge_score && g.sub == 0)
+            static_cast<scalar_t*>(b.grad_edge_score)[k * H + h] = from_acc<scalar_t>(gz);
           continue;
         }
-      }
-      const float de = slot_grad<K, scalar_t, L, CPL>(p, g, d, gi, m, s, delta, kk[u], v[u], k, h, z, prob_r);
-      if (b.grad_edge_value) {
-        float ev[CPL];
+        float dk[CPL];  // d (edge) key of this slot
 #pragma unroll
-        for (int t = 0; t < CPL; ++t) ev[t] = prob_r * gi[t];
-        store_row<scalar_t, L, CPL>(b.grad_edge_value, (k * H + h) * C, g, C, p.vector_io, ev);
-      }
-      if constexpr (K == ScoreKind::kGat) {
-        const float gz = de * (z[0] > 0.0f ? 1.0f : slope);
-        g_score += gz;
-        if (b.grad_edge_score && g.sub == 0)
-          static_cast<scalar_t*>(b.grad_edge_score)[k * H + h] = from_acc<scalar_t>(gz);
-        continue;
-      }
-      float dk[CPL];  // d (edge) key of this slot
-#pragma unroll
-      for (int t = 0; t < CPL; ++t) {
-        if constexpr (K == ScoreKind::kGatV2) {
-          dk[t] = de * d.att[t] * (z[t] > 0.0f ? 1.0f : slope);
-          dq[t] += dk[t];
-          datt[t] += de * leaky(z[t], slope);
-        } else {
-          dk[t] = de * scale * d.q[t];
-          dq[t] += de * scale * z[t];
+        for (int t = 0; t < CPL; ++t) {
+          if constexpr (K == ScoreKind::kGatV2) {
+            dk[t] = de * d.att[t] * (z[t] > 0.0f ? 1.0f : slope);
+            dq[t] += dk[t];
+            datt[t] += de * leaky(z[t], slope);
+          } else {
+            dk[t] = de * scale * d.q[t];
+            dq[t] += de * scale * z[t];
+          }
         }
+        store_row<scalar_t, L, CPL>(b.grad_edge_key, (k * H + h) * C, g, C, p.vector_io, dk);
       }
-      store_row<scalar_t, L, CPL>(b.grad_edge_key, (k * H + h) * C, g, C, p.vector_io, dk);
     }
   };
   for (int64_t base = begin; base < end; base += Batch::kSize) {
@@ -499,21 +527,21 @@ int64_t pass_a_stride(const AttentionBackwardParams& b) {
 
 bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bool grad_att,
                                              bool grad_edge_key, bool grad_edge_value) {
-  // Policy: GATv2's pass A walks every destination row before pass B anyway, so it can form D_i
+  // Policy: GATv2's pass A walks every destination row before pass B anyway, so it forms D_i
   // (sum over the row of p r g) on the way instead of delta_kernel reading out: the forward then
   // does not keep out, one N x H x C buffer less from the forward to the backward of every
   // layer (in a stack, every layer's out is alive until the backward reaches it: the 3-layer
-  // GATv2 training step on powerlaw-1M-8M went from 9.60 to 7.93 GiB, 1/10.0 of PyG's). Its
-  // two more C-vectors per lane once made pass A 37% slower (ef568ef), through spills; with the
-  // key rows held once (kKeyIsValue) the step takes the same time either way (71.9 vs 72.0 ms,
-  // e11cc4e). Its sums relative to a shift lose up to ~3x more to rounding than r g - D_i where
-  // a row's r g spread widely, so it stays a memory saver to opt into with
-  // GNNIO_GATV2_DELTA_IN_PASS_A=1. Never when a per-slot gradient (d edge_key, d edge_value) is
-  // asked for: that needs D_i at each slot.
+  // GATv2 training step on powerlaw-1M-8M went from 9.60 to 7.93 GiB, e11cc4e). With the key
+  // rows held once (kKeyIsValue) the step takes the same time either way (71.9 vs 72.0 ms).
+  // Its sums are relative to a shift that follows the running estimate of D_i, so they round
+  // about as the default path's r g - D_i do (NOTES v10; a shift fixed at the first slot's r g
+  // lost up to 3x more, which kept this mode opt-in until then). GNNIO_GATV2_DELTA_IN_PASS_A=0
+  // keeps out and forms D_i from it. Never when a per-slot gradient (d edge_key, d edge_value)
+  // is asked for: that needs D_i at each slot.
   if (kind != ScoreKind::kGatV2 || !(grad_query || grad_att) || grad_edge_key || grad_edge_value)
     return false;
   const char* knob = std::getenv("GNNIO_GATV2_DELTA_IN_PASS_A");
-  return knob && knob[0] == '1';
+  return !(knob && knob[0] == '0');
 }
 
 size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b) {
