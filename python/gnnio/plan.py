@@ -187,7 +187,12 @@ class AttentionPlan(NamedTuple):
 # are merged exactly afterwards. A chunk is a serial walk (~1 us per 4 slots), so it is kept
 # short: 1024-slot chunks were the long pole of the launch in the first measurement (NOTES).
 ATTENTION_CHUNK = 128
-ATTENTION_MIN_HEAVY = 128
+# A split shortens a heavy row's walk to ATTENTION_CHUNK slots and costs the merge kernel's
+# launch, about a 32-slot walk: it pays from ATTENTION_CHUNK + 32 slots. The planner study:
+# IMDB-BINARY's 135-slot rows split ran 1.01-1.23x slower than unsplit; pubmed's 171-slot rows
+# split ran 1.19x faster (forward); cora's 168-slot rows within noise of either (bench/NOTES.md
+# v10).
+ATTENTION_MIN_HEAVY = ATTENTION_CHUNK + 32
 ATTENTION_OVER_MEAN = 8
 _ATTENTION_FORCED = AttentionPlan(NODE_PARALLEL, None, None, "node-parallel: forced")
 
@@ -266,9 +271,22 @@ def _plan_attention_split(graph, backward: bool) -> AttentionPlan:
 # Not separated by either rule (no choice keeps both passes within 10%): citeseer and
 # luxembourg-osm bfloat16 (WSB loses the forward by 1.56x / 1.11x and wins forward+backward by
 # 0.82x / 0.88x) and bcsstk25 tf32 (1.71x / 0.79x); they keep CSR.
+#
+# Training on small graphs: a call whose x (or edge weight) needs a gradient is followed by the
+# backward, and the choice is then by forward+backward, where WSB gains more than in the
+# forward alone: its backward is the same tile product on the transposed tiles, while CSR's
+# small backward calls cost more than its forward (H200 planner studies, forward+backward, WSB
+# against CSR on graphs of at most WSB_SMALL_ROWS rows). float32 (tf32): WSB ahead at 9.7
+# (NCI1, 1.23-1.44x), 11.5 (PROTEINS, 1.20-1.24x) and 20.5 (bcsstk25, 1.17-1.38x) edges per
+# tile, behind at 7.3 (delaunay-n16, 0.71x) and 5.5 (luxembourg-osm, 0.95x): 8.5. 16-bit: WSB
+# ahead at 5.5 (luxembourg-osm, 1.37x) and 7.3 (delaunay-n16, 1.36x), behind at 3.2
+# (as20000102, 0.49x) and 2.8 (email-Enron, 0.25x): 4. Not separated: citeseer and cora
+# bfloat16 (1.2 / 1.4 edges per tile, 3K rows: WSB ahead by 1.30x / 1.13x) below pubmed (1.1,
+# 0.37x); they keep CSR. A forward without a gradient (inference) keeps the forward's rule.
 WSB_MIN_EDGES_PER_TILE = {torch.float32: 32.0, torch.float16: 16.0, torch.bfloat16: 16.0}
 WSB_SMALL_ROWS = 2**18  # 262,144: NCI1 (122,747) is below, grid-1000x1000 (10^6) far above
 WSB_MIN_EDGES_PER_TILE_SMALL = {torch.float16: 8.0, torch.bfloat16: 8.0}
+WSB_MIN_EDGES_PER_TILE_SMALL_TRAINING = {torch.float32: 8.5, torch.float16: 4.0, torch.bfloat16: 4.0}
 WSB_REFERENCE_WIDTH = 128  # the measured width; other widths scale the threshold by the model
 # PyTorch's default keeps float32 matmuls in full precision; WSB runs float32 as tf32 (~1e-3
 # relative, docs/wsb.md), which would break the float32 parity with PyG. So the planner picks
@@ -304,17 +322,21 @@ def _break_even(width: int, dtype: torch.dtype) -> float:
     return s * (16 * width + 256) / (s * width + s + 4)
 
 
-def wsb_threshold(width: int, dtype: torch.dtype, num_rows: Optional[int] = None) -> float:
+def wsb_threshold(width: int, dtype: torch.dtype, num_rows: Optional[int] = None,
+                  training: bool = False) -> float:
     """Edges per 16 x 16 tile from which the planner picks WSB on CUDA for ``width`` features of
     ``dtype`` on a graph of ``num_rows`` destination rows (None: a large graph): the measured
-    threshold at 128 features (16-bit: lower on graphs of at most WSB_SMALL_ROWS rows), raised
-    for narrower features by the byte model (a tile's 256 values weigh more against a narrow x
-    block; not measured), never lowered. ``inf`` for dtypes WSB does not run on CUDA (float64)."""
+    threshold at 128 features (lower on graphs of at most WSB_SMALL_ROWS rows: for 16-bit
+    always, and for ``training``, a call followed by its backward, lower still and for float32
+    too), raised for narrower features by the byte model (a tile's 256 values weigh more against
+    a narrow x block; not measured), never lowered. ``inf`` for dtypes WSB does not run on CUDA
+    (float64)."""
     base = WSB_MIN_EDGES_PER_TILE.get(dtype)
     if base is None:
         return float("inf")
     if num_rows is not None and num_rows <= WSB_SMALL_ROWS:
-        base = WSB_MIN_EDGES_PER_TILE_SMALL.get(dtype, base)
+        small = WSB_MIN_EDGES_PER_TILE_SMALL_TRAINING if training else WSB_MIN_EDGES_PER_TILE_SMALL
+        base = small.get(dtype, base)
     scale = _break_even(max(int(width), 1), dtype) / _break_even(WSB_REFERENCE_WIDTH, dtype)
     return base * max(1.0, scale)
 
@@ -356,11 +378,12 @@ class _SpmmRule(NamedTuple):
     small: bool = False  # the small-graph threshold applied
 
 
-def _spmm_rule(graph, width: int, dtype: torch.dtype, want_stats: bool = False) -> _SpmmRule:
+def _spmm_rule(graph, width: int, dtype: torch.dtype, want_stats: bool = False,
+               training: bool = False) -> _SpmmRule:
     """The planner's CUDA choice between CSR and WSB (not forced). Tile statistics are computed
     (one sort of the edges' tile keys, cached on the Graph) only where they decide, or with
     ``want_stats`` (for a plan's reason)."""
-    threshold = wsb_threshold(width, dtype, graph.num_dst)
+    threshold = wsb_threshold(width, dtype, graph.num_dst, training)
     small = threshold != wsb_threshold(width, dtype)
     if threshold == float("inf"):
         return _SpmmRule(False, "dtype", threshold, None)
@@ -373,10 +396,13 @@ def _spmm_rule(graph, width: int, dtype: torch.dtype, want_stats: bool = False) 
     return _SpmmRule(stats["edges_per_tile"] >= threshold, "tiles", threshold, stats, small)
 
 
-def spmm_backend(graph, x: torch.Tensor, backend: Optional[str] = None) -> str:
+def spmm_backend(graph, x: torch.Tensor, backend: Optional[str] = None,
+                 training: Optional[bool] = None) -> str:
     """'csr' or 'wsb' for one spmm on ``graph`` with features ``x``: ``backend`` ('csr', 'wsb',
     'auto'; None reads GNNIO_SPMM_BACKEND, default auto). Auto is the planner's rule on CUDA
-    and 'csr' on the CPU (whose WSB kernel is the reference implementation)."""
+    and 'csr' on the CPU (whose WSB kernel is the reference implementation). ``training``: a
+    backward follows the call (None: grad mode is on and ``x`` requires a gradient), which
+    lowers the small-graph threshold (wsb_threshold)."""
     if backend is not None and backend != "auto":  # forced by the argument
         return backend if backend in ("csr", "wsb") else _forced_spmm_backend(backend)[0]
     compiling = torch.compiler.is_compiling()
@@ -387,10 +413,12 @@ def spmm_backend(graph, x: torch.Tensor, backend: Optional[str] = None) -> str:
     if not x.is_cuda:
         return "csr"
     width, dtype = x.size(1), x.dtype
-    key = ("spmm", width, dtype, dtype is torch.float32 and _tf32_allowed())
+    if training is None:
+        training = torch.is_grad_enabled() and x.requires_grad
+    key = ("spmm", width, dtype, dtype is torch.float32 and _tf32_allowed(), bool(training))
     hit = None if compiling else _memo_hit(graph, key)
-    return hit if hit is not None else _memo(
-        graph, key, lambda: "wsb" if _spmm_rule(graph, width, dtype).wsb else "csr")
+    rule = lambda: _spmm_rule(graph, width, dtype, training=training)  # noqa: E731
+    return hit if hit is not None else _memo(graph, key, lambda: "wsb" if rule().wsb else "csr")
 
 
 def _nearest_measurement(ept: float, dtype: torch.dtype) -> str:
@@ -539,7 +567,7 @@ def plan_layer(graph, layer, features: int = 128, dtype=torch.float32, *,
     common = dict(layer=display, family=family, features=features, dtype=dtype,
                   self_loops=self_loops)
     if family == "spmm":
-        return _plan_spmm(g, features, dtype, backend, common)
+        return _plan_spmm(g, features, dtype, backend, training, common)
     if family == "reduce":
         return _plan_reduce_layer(g, dtype, training, common)
     return _plan_attention_layer(g, features, training, common)
@@ -560,9 +588,9 @@ def _csr_algorithm(graph, width: int):
     return "cusparse", f"cuSPARSE {alg}"
 
 
-def _plan_spmm(graph, features, dtype, backend, common) -> Plan:
+def _plan_spmm(graph, features, dtype, backend, training, common) -> Plan:
     forced = _forced_spmm_backend(backend)
-    rule = _spmm_rule(graph, features, dtype, want_stats=True)
+    rule = _spmm_rule(graph, features, dtype, want_stats=True, training=training)
     threshold = None if rule.threshold == float("inf") else rule.threshold
     stats, tiles = {}, ""
     if rule.stats is not None:
@@ -574,9 +602,9 @@ def _plan_spmm(graph, features, dtype, backend, common) -> Plan:
         above = s["edges_per_tile"] >= rule.threshold
         compare = f"{tiles} {'>=' if above else '<'} threshold {rule.threshold:.1f}"
         if rule.small:
-            compare += (f" (the small-graph threshold: {graph.num_dst:,} rows <= "
-                        f"{WSB_SMALL_ROWS:,}; above that rows count it is "
-                        f"{wsb_threshold(features, dtype):.1f})")
+            compare += (f" (the small-graph{' training' if training else ''} threshold: "
+                        f"{graph.num_dst:,} rows <= {WSB_SMALL_ROWS:,}; above that rows count "
+                        f"it is {wsb_threshold(features, dtype):.1f})")
     name = _DTYPE_NAMES.get(dtype, str(dtype))
     if forced is not None:
         choice = cpu = forced[0]

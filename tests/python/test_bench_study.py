@@ -103,6 +103,7 @@ def test_planner_study_rows(results):
     for r in rows:
         assert ROW_KEYS <= set(r) and "error" not in r
         assert set(r["backends"]) == PICKS[r["family"]] and r["planner_pick"] in PICKS[r["family"]]
+        assert r["planner_pick_fwd"] in PICKS[r["family"]]  # the inference call's pick
         assert r["excluded"] == {}  # the CPU has no tf32
         assert r["plan_reason"]
         for key, suffix in (("fwd_ms", "fwd"), ("fwd_bwd_ms", "fwd_bwd")):
@@ -121,7 +122,7 @@ def test_planner_study_rows(results):
             assert all(m[f"{key[:-3]}_samples"] == 1 for m in r["backends"].values())
         assert r["one_kernel"] == (r["family"] != "spmm")  # the CPU has no split
         if r["family"] == "spmm":
-            assert r["planner_pick"] == "csr"  # the CPU keeps CSR
+            assert r["planner_pick"] == r["planner_pick_fwd"] == "csr"  # the CPU keeps CSR
     md = results["planner.md"]
     assert "| graph | family | dtype | pass | fixed backends |" in md
     assert f"of {2 * len(rows)}** (graph, family, dtype, pass) within 10%" in md

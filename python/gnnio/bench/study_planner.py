@@ -10,6 +10,11 @@ backend of each pass, the ratio planner / fastest, and splits it as (planner / i
 fixed backend) x (pick / fastest): a miss is ``same kernel`` (the planner ran the fastest
 kernel: per-call cost or noise) or ``other kernel`` (a wrong choice).
 
+The forward pass is timed without autograd (``torch.no_grad()``: an inference call) and the
+forward+backward pass as a training call: the planner sees which one a call is (whether a
+backward follows: ``training`` in :func:`gnnio.plan.spmm_backend`) and may choose differently
+for each, so a row records its pick for each pass (``planner_pick_fwd``, ``planner_pick``).
+
 - SpMM (``spmm``, sum): ``csr`` (cuSPARSE, or gnnio's row-warp kernel) and ``wsb`` (tensor-core
   tiles). float32 is measured twice: with tf32 off (PyTorch's default; the planner then keeps
   CSR, and WSB, which runs as tf32, is shown but not counted as a fixed backend of that
@@ -48,30 +53,32 @@ def _family(family, graph, inp, cuda, label):
     if family == "spmm":
         fixed = {b: (lambda b=b: gnnio.ops.spmm(graph, x, backend=b)) for b in ("csr", "wsb")}
         planner = lambda: gnnio.ops.spmm(graph, x)  # noqa: E731 - the default path
-        pick = gnnio.plan.spmm_backend(graph, x)
+        picks = {t: gnnio.plan.spmm_backend(graph, x, training=t) for t in (False, True)}
         plan = graph.plan("spmm", f, dtype)
         excluded = ({"wsb": "runs as tf32 (~1e-3 relative), below the float32 default's "
                      "precision: shown, not counted"} if cuda and label == "float32" else {})
-        return fixed, planner, pick, plan.reason, excluded, None
+        return fixed, planner, picks, plan.reason, excluded, None
     if family == "reduce":
         fixed = {"degree-aware": lambda: gnnio.ops.segment_reduce(graph, x, "max", degree_aware=True),
                  "node-parallel": lambda: gnnio.ops.segment_reduce(graph, x, "max", degree_aware=False)}
         planner = lambda: gnnio.ops.segment_reduce(graph, x, "max")  # noqa: E731
-        plan = graph.plan("segment_reduce(max)", f, dtype)
-        same = plan.backend == "node-parallel"
+        plans = {t: graph.plan("segment_reduce(max)", f, dtype, training=t) for t in (False, True)}
+        same = all(p.backend == "node-parallel" for p in plans.values())
     else:
         attn = lambda split: gnnio.ops.graph_attention(  # noqa: E731
             graph, "gatv2", value, key=value, query=query, att=att, degree_aware=split)
         fixed = {"csr-split": lambda: attn(True), "csr": lambda: attn(False)}
         planner = lambda: attn(None)  # noqa: E731
-        plan = graph.plan("graph_attention(gatv2)", value.size(1) * value.size(2), dtype)
-        same = plan.backend == "csr"
-    pick = plan.backend if cuda else plan.cpu_backend
+        plans = {t: graph.plan("graph_attention(gatv2)", value.size(1) * value.size(2), dtype,
+                               training=t) for t in (False, True)}
+        same = all(p.backend == "csr" for p in plans.values())
+    picks = {t: p.backend if cuda else p.cpu_backend for t, p in plans.items()}
+    plan = plans[True]
     split = "degree-aware" if family == "reduce" else "csr-split"
     note = f"no heavy rows: {split!r} runs the unsplit kernel (all three are one kernel)" if same else None
     if not cuda:
         note = "CPU: one kernel (the split is CUDA only)"
-    return fixed, planner, pick, plan.reason, {}, note
+    return fixed, planner, picks, plan.reason, {}, note
 
 
 def _inputs(n, f, dtype, seed, device):
@@ -165,7 +172,13 @@ def _measure_family(fixed, planner, family, inp, device, args):
                     else (inp["gout"], [inp["x"]]))
     fns = {**{("fixed", b): fn for b, fn in fixed.items()}, ("planner", None): planner}
     res = {k: dict(fwd_ms=None, fwd_bwd_ms=None, peak_extra_gib=None) for k in fns}
-    for key, wrap in (("fwd_ms", lambda fn: fn),
+    def inference(fn):
+        def call():
+            with torch.no_grad():
+                return fn()
+        return call
+
+    for key, wrap in (("fwd_ms", inference),
                       ("fwd_bwd_ms", lambda fn: lambda: torch.autograd.grad(fn(), inputs, gout))):
         got = measure_interleaved({k: wrap(fn) for k, fn in fns.items()}, device, args.warmup,
                                   args.repeat)
@@ -193,7 +206,8 @@ def verdict(row):
         ok = best is not None and row[key] is not None
         row[f"ratio_{suffix}"] = row[key] / counted[best] if ok else None
         row[f"within_10pct_{suffix}"] = row[f"ratio_{suffix}"] <= WITHIN if ok else None
-        pick = row.get("planner_pick")
+        pick = row.get("planner_pick_fwd" if suffix == "fwd" else "planner_pick",
+                       row.get("planner_pick"))
         pick_ms = row["backends"].get(pick, {}).get(key) if pick is not None else None
         row[f"pick_ratio_{suffix}"] = pick_ms / counted[best] if ok and pick_ms else None
         row[f"overhead_ratio_{suffix}"] = row[key] / pick_ms if ok and pick_ms else None
@@ -220,13 +234,14 @@ def run_graph(data, fp, args, result, save, clock):
                 try:
                     if precision is not None:
                         torch.backends.cuda.matmul.fp32_precision = precision
-                    fixed, planner, pick, reason, excluded, note = _family(family, graph, inp, cuda, label)
+                    fixed, planner, picks, reason, excluded, note = _family(family, graph, inp, cuda, label)
                     backends, mine = _measure_family(fixed, planner, family, inp, device, args)
                 finally:
                     torch.backends.cuda.matmul.fp32_precision = saved_precision
                 row = verdict(dict(graph=name, layer=OPS[family], impl="gnnio (planner)",
                                    family=family, dtype=label, **mine, backends=backends,
-                                   excluded=excluded, planner_pick=pick, plan_reason=reason,
+                                   excluded=excluded, planner_pick=picks[True],
+                                   planner_pick_fwd=picks[False], plan_reason=reason,
                                    one_kernel=note is not None,
                                    fp32_precision=precision))
                 if note:
@@ -235,7 +250,7 @@ def run_graph(data, fp, args, result, save, clock):
                 save()
                 log(f"  {family:9s} {label:12s} " + "  ".join(
                     f"{b} {_ms(m['fwd_ms'])}/{_ms(m['fwd_bwd_ms'])}" for b, m in backends.items())
-                    + f"  planner[{pick}] {_ms(row['fwd_ms'])}/{_ms(row['fwd_bwd_ms'])}  "
+                    + f"  planner[{picks[False]}/{picks[True]}] {_ms(row['fwd_ms'])}/{_ms(row['fwd_bwd_ms'])}  "
                     f"ratio {_x(row['ratio_fwd'])}/{_x(row['ratio_fwd_bwd'])}"
                     + "".join(f"  {p}: {row[f'miss_{p}']}" for p in ("fwd", "fwd_bwd")
                               if row[f"miss_{p}"]))

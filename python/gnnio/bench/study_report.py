@@ -95,7 +95,9 @@ def planner_markdown(result):
 
     lines = _head(result, "Planner study", (
         "Each fixed backend and the planner's automatic choice (its default call path) on the "
-        "same graph and inputs, timed the same way and interleaved round by round; ratio = "
+        "same graph and inputs, timed the same way and interleaved round by round (fwd: an "
+        "inference call, without autograd; fwd+bwd: a training call; the planner's pick is "
+        "for each); ratio = "
         "planner / fastest fixed backend of that pass (above 1: the planner is slower), split "
         "into pick / fastest (the planner's choice run as a fixed backend: what the choice "
         "costs) and planner / pick (what the planner's own call adds, and noise). A miss is "
@@ -121,7 +123,9 @@ def planner_markdown(result):
                     kinds[miss] = kinds.get(miss, 0) + 1
             lines.append(
                 f"| {r['graph']} | {r['family']} | {r['dtype']} | {label} | {fixed} | "
-                f"{r.get(f'fastest_{suffix}') or '—'} | {r['planner_pick']} | {_ms(r.get(key))} | "
+                f"{r.get(f'fastest_{suffix}') or '—'} | "
+                f"{r.get('planner_pick_fwd' if suffix == 'fwd' else 'planner_pick', r['planner_pick'])} | "
+                f"{_ms(r.get(key))} | "
                 f"{_x(ratio)} | {_x(r.get(f'pick_ratio_{suffix}'))} | "
                 f"{_x(r.get(f'overhead_ratio_{suffix}'))} | "
                 f"{'—' if ok is None else ('yes' if ok else f'**no** ({miss})')} |")
