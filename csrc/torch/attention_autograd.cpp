@@ -3,9 +3,9 @@
 // graph_attention_backward recomputes the weights from them. On CUDA the backward reads out only
 // for D_i = dout_i . out_i: it forms D first (graph_attention_delta) and, unless the graph is
 // kept for another backward, lets go of out before the gradients are allocated (one N x H x C
-// buffer less at the backward's peak). With GNNIO_GATV2_DELTA_IN_PASS_A=1, GATv2 on CUDA keeps
-// no out at all: the backward's pass A forms D_i while it walks each row
-// (attention_backward_cuda_delta_in_pass_a).
+// buffer less at the backward's peak). GATv2 on CUDA keeps no out at all (unless
+// GNNIO_GATV2_DELTA_IN_PASS_A=0 or a per-slot gradient is needed): the backward's pass A forms
+// D_i while it walks each row (attention_backward_cuda_delta_in_pass_a).
 #include <cstdlib>
 
 #include <ATen/SavedTensorHooks.h>
