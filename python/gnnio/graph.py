@@ -334,7 +334,8 @@ class Graph:
         (``'GCNConv'``, ``'GraphConv(mean)'``, ``'SAGEConv(max)'``, ``'GATConv'``, ``'GATv2Conv'``,
         ``'TransformerConv'``, ``'MaxAggregation'``, ...; any case) or a layer class or instance.
         ``features`` is the aggregated width (heads x channels for attention), ``training``
-        adds the backward pass's split, ``backend`` forces the SpMM backend as in
+        (a call whose input needs a gradient) adds the backward pass's split and SpMM's
+        small-graph training thresholds, ``backend`` forces the SpMM backend as in
         :func:`gnnio.ops.spmm`. The choice reads cheap cached statistics (degrees, tile counts),
         is deterministic and is the same on a CPU graph: ``backend`` says what CUDA runs,
         ``cpu_backend`` what the CPU runs. Layers that add self loops (GCNConv, GATConv,

@@ -37,12 +37,12 @@ def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = No
         x: ``[num_src, F]`` float32/float64 (CPU and CUDA), float16/bfloat16 (CUDA).
         edge_weight: ``[E]`` in the order of the edge_index the graph was built from.
         backend: ``None`` (default): ``GNNIO_SPMM_BACKEND`` (``csr``, ``wsb`` or ``auto``)
-            if set, else ``'auto'``. ``'auto'``: the planner's choice (``graph.plan('spmm')``):
-            on CUDA WSB where a 16 x 16 tile holds enough edges
-            (``graph.wsb_stats()['edges_per_tile']`` at or above
-            ``gnnio.plan.wsb_threshold(F, dtype, num_dst, training)``, lower on small graphs
-            when a backward follows, i.e. ``x`` or ``edge_weight`` needs a gradient; float32
-            only where tf32 is allowed), else CSR; on the CPU always CSR. ``'csr'``: cuSPARSE / gnnio's CSR kernels. ``'wsb'``:
+            if set, else ``'auto'``. ``'auto'``: the planner's choice
+            (``graph.plan('spmm', training=...)``): on CUDA WSB where a 16 x 16 tile holds
+            enough edges (``graph.wsb_stats()['edges_per_tile']`` at or above
+            ``gnnio.plan.wsb_threshold(F, dtype, num_dst, training)``, where ``training``,
+            lower on small graphs, applies when ``x`` needs a gradient; float32 only where tf32
+            is allowed), else CSR; on the CPU always CSR. ``'csr'``: cuSPARSE / gnnio's CSR kernels. ``'wsb'``:
             the weighted block-sparse tiles of ``graph.wsb()`` on tensor cores (CUDA: float32
             as tf32, float16, bfloat16, all accumulated in float32; float64 raises, use 'csr').
             WSB pays for every stored zero of a tile, so it is for locally dense graphs. The
@@ -57,17 +57,11 @@ def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = No
         raise ValueError(f"backend must be 'csr', 'wsb', 'auto' or None, got {backend!r}")
     x = check_features(x, graph.num_src, graph)
     need_t = torch.is_grad_enabled() and x.requires_grad
-    if spmm_backend(graph, x, backend, _training(x, edge_weight)) == "wsb":
+    if spmm_backend(graph, x, backend, need_t) == "wsb":
         values, values_t = graph.wsb_values(x.dtype, reduce, edge_weight, need_transpose=need_t)
         return _spmm_wsb(graph, values, values_t, x, need_t)
     value, value_t = graph.spmm_values(x.dtype, reduce, edge_weight, need_transpose=need_t)
     return _spmm_csr(graph, value, value_t, x, need_t)
-
-
-def _training(x: torch.Tensor, edge_weight: Optional[torch.Tensor]) -> bool:
-    """A backward follows this product (the planner then weighs forward+backward)."""
-    return torch.is_grad_enabled() and (
-        x.requires_grad or (edge_weight is not None and edge_weight.requires_grad))
 
 
 def _spmm_csr(graph: Graph, value, value_t, x, need_t: bool) -> torch.Tensor:
@@ -99,7 +93,7 @@ def gcn_propagate(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Ten
     x = check_features(x, graph.num_src, graph)
     g, value, value_t = graph.gcn_values(x.dtype, edge_weight, improved, add_self_loops, normalize)
     need_t = torch.is_grad_enabled() and x.requires_grad
-    if spmm_backend(g, x, backend, _training(x, edge_weight)) == "wsb":
+    if spmm_backend(g, x, backend, need_t) == "wsb":
         if edge_weight is None:  # cached tiles
             _, values, values_t = graph.gcn_wsb_values(x.dtype, None, improved, add_self_loops,
                                                        normalize, need_transpose=need_t)

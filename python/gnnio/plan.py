@@ -188,10 +188,11 @@ class AttentionPlan(NamedTuple):
 # short: 1024-slot chunks were the long pole of the launch in the first measurement (NOTES).
 ATTENTION_CHUNK = 128
 # A split shortens a heavy row's walk to ATTENTION_CHUNK slots and costs the merge kernel's
-# launch, about a 32-slot walk: it pays from ATTENTION_CHUNK + 32 slots. The planner study:
-# IMDB-BINARY's 135-slot rows split ran 1.01-1.23x slower than unsplit; pubmed's 171-slot rows
-# split ran 1.19x faster (forward); cora's 168-slot rows within noise of either (bench/NOTES.md
-# v10).
+# launch, about a 32-slot walk: it pays from ATTENTION_CHUNK + 32 slots. The planner studies:
+# IMDB-BINARY's 135-slot rows split ran 1.01-1.23x slower than unsplit (now unsplit). Rows of
+# 168-171 slots sit at the break-even: cora's forward+backward ran 1.06-1.12x faster unsplit in
+# both studies (its forward either way), pubmed's ran 1.02-1.17x faster split at da5855b and up
+# to 1.14x slower split at e86a9a0; they stay split (bench/NOTES.md, "Planner study").
 ATTENTION_MIN_HEAVY = ATTENTION_CHUNK + 32
 ATTENTION_OVER_MEAN = 8
 _ATTENTION_FORCED = AttentionPlan(NODE_PARALLEL, None, None, "node-parallel: forced")
@@ -272,17 +273,20 @@ def _plan_attention_split(graph, backward: bool) -> AttentionPlan:
 # luxembourg-osm bfloat16 (WSB loses the forward by 1.56x / 1.11x and wins forward+backward by
 # 0.82x / 0.88x) and bcsstk25 tf32 (1.71x / 0.79x); they keep CSR.
 #
-# Training on small graphs: a call whose x (or edge weight) needs a gradient is followed by the
-# backward, and the choice is then by forward+backward, where WSB gains more than in the
-# forward alone: its backward is the same tile product on the transposed tiles, while CSR's
-# small backward calls cost more than its forward (H200 planner studies, forward+backward, WSB
-# against CSR on graphs of at most WSB_SMALL_ROWS rows). float32 (tf32): WSB ahead at 9.7
-# (NCI1, 1.23-1.44x), 11.5 (PROTEINS, 1.20-1.24x) and 20.5 (bcsstk25, 1.17-1.38x) edges per
-# tile, behind at 7.3 (delaunay-n16, 0.71x) and 5.5 (luxembourg-osm, 0.95x): 8.5. 16-bit: WSB
-# ahead at 5.5 (luxembourg-osm, 1.37x) and 7.3 (delaunay-n16, 1.36x), behind at 3.2
-# (as20000102, 0.49x) and 2.8 (email-Enron, 0.25x): 4. Not separated: citeseer and cora
-# bfloat16 (1.2 / 1.4 edges per tile, 3K rows: WSB ahead by 1.30x / 1.13x) below pubmed (1.1,
-# 0.37x); they keep CSR. A forward without a gradient (inference) keeps the forward's rule.
+# Training on small graphs: a call whose x needs a gradient is followed by the backward, and
+# the choice is then by forward+backward, where WSB gains more than in the forward alone: its
+# backward is the same tile product on the transposed tiles, while CSR's small backward calls
+# cost more than its forward (H200 planner studies da5855b, 4fd24bb's noise-fix run and e86a9a0,
+# forward+backward, WSB against CSR on graphs of at most WSB_SMALL_ROWS rows). float32 (tf32):
+# WSB ahead at 9.7 (NCI1: 1.44x, 1.23x, then 0.94x in e86a9a0), 11.5 (PROTEINS, 1.20-1.24x) and
+# 20.5 (bcsstk25, 1.17-1.38x) edges per tile, behind at 7.3 (delaunay-n16, 0.63-0.71x) and 5.5
+# (luxembourg-osm, 0.77-0.95x): 8.5. 16-bit: WSB ahead at 5.5 (luxembourg-osm, 1.31-1.37x) and
+# 7.3 (delaunay-n16, 1.24-1.36x), behind at 3.2 (as20000102, 0.49x) and 2.8 (email-Enron,
+# 0.25x): 4. Not separated: citeseer and cora bfloat16 (1.2 / 1.4 edges per tile, 3K rows: WSB
+# ahead by 1.22-1.30x / 1.13-1.20x) sit below five graphs where WSB loses (p2p-Gnutella31 1.5,
+# soc-Slashdot0902 1.5, wiki-Vote 2.1, email-Enron 2.8, as20000102 3.2 edges per tile) and just
+# above pubmed (1.1, 0.37x); they keep CSR. A forward without a gradient of x (inference) keeps
+# the forward's rule.
 WSB_MIN_EDGES_PER_TILE = {torch.float32: 32.0, torch.float16: 16.0, torch.bfloat16: 16.0}
 WSB_SMALL_ROWS = 2**18  # 262,144: NCI1 (122,747) is below, grid-1000x1000 (10^6) far above
 WSB_MIN_EDGES_PER_TILE_SMALL = {torch.float16: 8.0, torch.bfloat16: 8.0}
@@ -297,14 +301,15 @@ WSB_FLOAT32_NEEDS_TF32 = True
 
 # (edges per tile, graph, destination rows, {dtype: (forward speedup, forward+backward
 # speedup)}) of WSB against CSR at 128 features: bench/results/nvidia-h200-wsb-*.md, and the
-# planner study for IMDB-BINARY, PROTEINS and NCI1 (float32 there: the mean of its two rows).
+# planner study for IMDB-BINARY, PROTEINS and NCI1 (float32 there: the mean of its two rows;
+# NCI1's float32 forward+backward: the mean of the three studies' tf32 rows).
 _WSB_MEASURED = (
     (256.0, "blockdiag-1M-16M", 10**6, {torch.float32: (2.73, 2.73), torch.bfloat16: (5.06, 4.88)}),
     (45.0, "IMDB-BINARY", 19773, {torch.float32: (1.30, 1.20), torch.bfloat16: (1.49, 1.25)}),
     (39.4, "bcsstk13", 2003, {torch.float32: (0.80, 1.29), torch.bfloat16: (1.50, 1.25)}),
     (20.5, "bcsstk25", 15439, {torch.float32: (0.94, 1.38), torch.bfloat16: (1.35, 1.22)}),
     (11.5, "PROTEINS", 43471, {torch.float32: (0.76, 1.16), torch.bfloat16: (1.18, 1.19)}),
-    (9.7, "NCI1", 122747, {torch.float32: (0.91, 0.91), torch.bfloat16: (1.39, 1.45)}),
+    (9.7, "NCI1", 122747, {torch.float32: (0.91, 1.20), torch.bfloat16: (1.39, 1.45)}),
     (9.2, "grid-1000x1000", 10**6, {torch.float32: (0.45, 0.45), torch.bfloat16: (0.73, 0.73)}),
     (7.3, "delaunay-n16", 65536, {torch.float32: (0.38, 0.46), torch.bfloat16: (0.70, 0.96)}),
     (1.6, "powerlaw-1M-16M", 10**6, {torch.float32: (0.04, 0.04), torch.bfloat16: (0.10, 0.10)}),
@@ -401,8 +406,10 @@ def spmm_backend(graph, x: torch.Tensor, backend: Optional[str] = None,
     """'csr' or 'wsb' for one spmm on ``graph`` with features ``x``: ``backend`` ('csr', 'wsb',
     'auto'; None reads GNNIO_SPMM_BACKEND, default auto). Auto is the planner's rule on CUDA
     and 'csr' on the CPU (whose WSB kernel is the reference implementation). ``training``: a
-    backward follows the call (None: grad mode is on and ``x`` requires a gradient), which
-    lowers the small-graph threshold (wsb_threshold)."""
+    backward of ``x`` follows the call (None: grad mode is on and ``x`` requires a gradient; the
+    ops pass theirs), which lowers the small-graph threshold (wsb_threshold). The thresholds
+    were measured with ``x`` needing a gradient; an edge weight needing one alone is not
+    counted (its gradient does not go through the transposed tile product)."""
     if backend is not None and backend != "auto":  # forced by the argument
         return backend if backend in ("csr", "wsb") else _forced_spmm_backend(backend)[0]
     compiling = torch.compiler.is_compiling()

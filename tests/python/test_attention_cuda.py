@@ -474,12 +474,12 @@ def test_cuda_backward_lets_go_of_out(monkeypatch, kind):
     assert dropped <= kept - 0.9 * out_bytes, (dropped, kept, out_bytes)
 
 
-@pytest.mark.parametrize("in_pass_a", ["0", "1"])
+@pytest.mark.parametrize("in_pass_a", ["0", "1", None])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 @pytest.mark.parametrize("graph_name", ["random", "hub_in", "hub_out", "bipartite"])
 def test_cuda_gatv2_delta_in_pass_a(monkeypatch, graph_name, dropout, dtype, in_pass_a):
-    """GATv2's D_i formed by pass A on its walk over each row (the default, or
+    """GATv2's D_i formed by pass A on its walk over each row (the default, None, or
     GNNIO_GATV2_DELTA_IN_PASS_A=1: sums relative to a shift, corrected once D_i is known; a super
     node's items corrected in merge_online_kernel) or by delta_kernel from the kept out (=0),
     with an edge key that needs no gradient (with one, pass A needs D_i at each slot and keeps
@@ -487,12 +487,16 @@ def test_cuda_gatv2_delta_in_pass_a(monkeypatch, graph_name, dropout, dtype, in_
     operands: fp32 accumulation over up to L terms, sqrt(L) eps32 (4x margin), plus one
     rounding to the output dtype, of the scale of each gradient. Pass A's sums relative to the
     shift s: s is the plain mean r g of the row's first step, then after every step the
-    p-weighted mean r g so far (the sums rebased with it), so a term's r g_k - s is in rms
-    sqrt(1 + 1/n) of r g_k - D_i, n the slots in the mean (n >= 1: at most sqrt 2), and the
-    rebases and the final correction add roundings of terms of that size: 1.5x the
-    accumulation part of the bound. (The shift was the first slot's r g until v10: terms up to
-    2 max |r g_k - D_i| and a 3x bound; 1.15x the 1x bound measured on the bipartite graph.)"""
-    monkeypatch.setenv("GNNIO_GATV2_DELTA_IN_PASS_A", in_pass_a)
+    p-weighted mean r g so far, so it lies within the row's range of r g, and a term's
+    |r g_k - s| <= |r g_k - D_i| + |D_i - s| <= 2 max_k |r g_k - D_i|; the correction
+    (D_i - s) B adds one more sum of that size: 3x the accumulation part of the bound in the
+    worst case. (Typically the rebased shift makes the terms as small as r g_k - D_i: measured
+    0.39-1.96x the other path's largest errors, NOTES v10; a shift fixed at the first slot's
+    r g, until v10, reached 1.15x the 1x bound on the bipartite graph.)"""
+    if in_pass_a is None:
+        monkeypatch.delenv("GNNIO_GATV2_DELTA_IN_PASS_A", raising=False)
+    else:
+        monkeypatch.setenv("GNNIO_GATV2_DELTA_IN_PASS_A", in_pass_a)
     ei, (ns, nd) = GRAPHS[graph_name]
     gen = torch.Generator().manual_seed(torch.seed())
     value, ops = operands("gatv2", ns, nd, ei.size(1), True, dtype, gen)
@@ -514,7 +518,7 @@ def test_cuda_gatv2_delta_in_pass_a(monkeypatch, graph_name, dropout, dtype, in_
     for name, got, exact in zip(names, grads, want):
         terms = ei.size(1) if name == "att" else max(degrees)
         err, scale = (got.cpu().double() - exact).abs().max().item(), exact.abs().max().item()
-        shifted = 1.5 if in_pass_a == "1" and name in ("query", "att") else 1
+        shifted = 3 if in_pass_a != "0" and name in ("query", "att") else 1
         rel = shifted * 4 * math.sqrt(max(terms, 1)) * EPS32 + out_eps
         assert err <= rel * scale, f"d {name}: error {err:.3g} > {rel:.2g} x scale {scale:.3g}"
 

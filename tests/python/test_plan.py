@@ -148,32 +148,6 @@ def test_small_graph_rule_boundary(tf32):
         assert fields(twin.plan("spmm", dtype=torch.bfloat16)) == fields(g.plan("spmm", dtype=torch.bfloat16))
 
 
-def test_planner_study_picks_under_the_rule():
-    """Every (graph, dtype) of the committed H200 planner study, through the rule with the
-    statistics the study recorded: WSB where it won both passes (bfloat16 NCI1, PROTEINS; tf32
-    bcsstk13, IMDB-BINARY), the same choice as before everywhere else."""
-    import json
-    import os
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "results",
-                        "nvidia-h200-planner-da5855b.json")
-    with open(path) as f:
-        res = json.load(f)
-    newly_wsb = {("NCI1", "bfloat16"), ("PROTEINS", "bfloat16"), ("bcsstk13", "float32+tf32"),
-                 ("IMDB-BINARY", "float32+tf32")}
-    seen = set()
-    for r in res["rows"]:
-        if r["family"] != "spmm" or r["dtype"] == "float32":  # float32 without tf32: CSR
-            continue
-        s = res["graphs"][r["graph"]]
-        dtype = torch.bfloat16 if r["dtype"] == "bfloat16" else torch.float32
-        wsb = s["edges_per_tile"] >= planner.wsb_threshold(res["features"], dtype, s["num_nodes"])
-        key = (r["graph"], r["dtype"])
-        expected = key in newly_wsb or r["planner_pick"] == "wsb"
-        assert wsb == expected, key
-        seen.add(key)
-    assert newly_wsb <= seen
-
-
 def test_plans_are_deterministic(tf32):
     ei = blockdiag(1000, 16_000, seed=1)
     h, hn = hub(3000)

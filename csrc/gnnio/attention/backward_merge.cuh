@@ -17,8 +17,8 @@ struct Partials {
   int64_t stride = 0;     // 1 + 2C
 };
 
-// Pass A's item partials when it forms D_i itself: the item's shift (its first slot's r g),
-// sum of p, sum of p (r g - shift), then the four C-vectors A_q, B_q, A_att, B_att (see
+// Pass A's item partials when it forms D_i itself: the item's shift (where its walk left it:
+// the running p-weighted mean r g of its slots), sum of p, sum of p (r g - shift), then the four C-vectors A_q, B_q, A_att, B_att (see
 // pass_a_kernel), so an item's share of d query is A_q - (D - shift) B_q once D is known.
 struct OnlineSlot {
   static constexpr int kShift = 0, kWeight = 1, kDelta = 2, kVectors = 3;

@@ -76,16 +76,12 @@ __device__ inline float slot_rg(const AttentionParams& p, const Group<L>& g, con
   return g.sum(part);
 }
 
-// Slot k's (head h) weight p_k and r g_k, from its loaded key and value and row i's dout and
-// stats.
+// Slot k's weight p_k from its loaded key and row i's stats (m, s); z as score_of leaves it.
 template <ScoreKind K, typename scalar_t, int L, int CPL>
-__device__ inline void slot_terms(const AttentionParams& p, const Group<L>& g,
-                                  const DstSide<scalar_t, CPL>& d, const float (&gi)[CPL], float m,
-                                  float s, const float (&kk)[CPL], const float (&v)[CPL], int64_t k,
-                                  int64_t h, float (&z)[CPL], float& prob, float& r, float& rg) {
-  const float e = score_of<K, scalar_t, L, CPL>(p, g, d, kk, z);
-  prob = expf(e - m) / s;
-  rg = slot_rg<scalar_t, L, CPL>(p, g, gi, v, k, h, r);
+__device__ inline float slot_prob(const AttentionParams& p, const Group<L>& g,
+                                  const DstSide<scalar_t, CPL>& d, float m, float s,
+                                  const float (&kk)[CPL], float (&z)[CPL]) {
+  return expf(score_of<K, scalar_t, L, CPL>(p, g, d, kk, z) - m) / s;
 }
 
 // de_k = p_k (r g_k - D_i) of slot k; prob_r = p_k r.
@@ -95,8 +91,9 @@ __device__ inline float slot_grad(const AttentionParams& p, const Group<L>& g,
                                   float m, float s, float delta, const float (&kk)[CPL],
                                   const float (&v)[CPL], int64_t k, int64_t h, float (&z)[CPL],
                                   float& prob_r) {
-  float prob, r, rg;
-  slot_terms<K, scalar_t, L, CPL>(p, g, d, gi, m, s, kk, v, k, h, z, prob, r, rg);
+  float r;
+  const float prob = slot_prob<K, scalar_t, L, CPL>(p, g, d, m, s, kk, z);
+  const float rg = slot_rg<scalar_t, L, CPL>(p, g, gi, v, k, h, r);
   prob_r = prob * r;
   return prob * (rg - delta);
 }
@@ -197,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
       for (int u = 0; u < U; ++u) {
         if (u >= n) continue;  // uniform across the group
         float z[CPL];
-        const float prob = expf(score_of<K, scalar_t, L, CPL>(p, g, d, kk[u], z) - m) / s;
+        const float prob = slot_prob<K, scalar_t, L, CPL>(p, g, d, m, s, kk[u], z);
         const float x = prob * (rgs[u] - shift);
         wsum += prob;
         rel += x;
@@ -212,8 +209,9 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
       }
       if (wsum > 0.0f) {
         // Then the shift moves to the running estimate of D_i (the p-weighted mean r g so far),
-        // the sums rebased with it: the terms stay about as small as the default path's
-        // r g - D_i. A shift fixed at the first slot's r g cost up to 3x its rounding (v10).
+        // the sums rebased with it: the terms stay about as small as the r g - D_i of the path
+        // that forms D_i from out. A shift fixed at the first slot's r g lost up to 3x more to
+        // rounding (ef568ef, NOTES v8).
         const float moved = (shift + rel / wsum) - shift;  // the move as rounded
         shift += moved;
         rel -= moved * wsum;
@@ -531,12 +529,12 @@ bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bo
   // (sum over the row of p r g) on the way instead of delta_kernel reading out: the forward then
   // does not keep out, one N x H x C buffer less from the forward to the backward of every
   // layer (in a stack, every layer's out is alive until the backward reaches it: the 3-layer
-  // GATv2 training step on powerlaw-1M-8M went from 9.60 to 7.93 GiB, e11cc4e). With the key
-  // rows held once (kKeyIsValue) the step takes the same time either way (71.9 vs 72.0 ms).
-  // Its sums are relative to a shift that follows the running estimate of D_i, so they round
-  // about as the default path's r g - D_i do (NOTES v10; a shift fixed at the first slot's r g
-  // lost up to 3x more, which kept this mode opt-in until then). GNNIO_GATV2_DELTA_IN_PASS_A=0
-  // keeps out and forms D_i from it. Never when a per-slot gradient (d edge_key, d edge_value)
+  // GATv2 training step on powerlaw-1M-8M went from 9.60 to 7.93 GiB, e11cc4e), for 73.7
+  // against 72.0 ms a step (74339e1: the rebased shift's extra work). Its sums are relative to
+  // a shift that follows the running estimate of D_i, so they round about as the r g - D_i of
+  // the path from out do (NOTES v10; a shift fixed at the first slot's r g lost up to 3x more,
+  // which kept this mode opt-in until then). GNNIO_GATV2_DELTA_IN_PASS_A=0 keeps out and forms
+  // D_i from it. Never when a per-slot gradient (d edge_key, d edge_value)
   // is asked for: that needs D_i at each slot.
   if (kind != ScoreKind::kGatV2 || !(grad_query || grad_att) || grad_edge_key || grad_edge_value)
     return false;

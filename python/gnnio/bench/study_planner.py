@@ -191,6 +191,11 @@ def _measure_family(fixed, planner, family, inp, device, args):
     return {b: res["fixed", b] for b in fixed}, res["planner", None]
 
 
+def pass_pick(row, suffix):
+    """The planner's pick for a pass ('fwd' or 'fwd_bwd'): rows before e86a9a0 hold one pick."""
+    return row.get("planner_pick_fwd" if suffix == "fwd" else "planner_pick", row.get("planner_pick"))
+
+
 def verdict(row):
     """Fastest counted fixed backend and planner / fastest for each pass, from the measurements,
     and the split of that ratio: ``pick_ratio`` = the planner's pick run as a fixed backend /
@@ -206,8 +211,7 @@ def verdict(row):
         ok = best is not None and row[key] is not None
         row[f"ratio_{suffix}"] = row[key] / counted[best] if ok else None
         row[f"within_10pct_{suffix}"] = row[f"ratio_{suffix}"] <= WITHIN if ok else None
-        pick = row.get("planner_pick_fwd" if suffix == "fwd" else "planner_pick",
-                       row.get("planner_pick"))
+        pick = pass_pick(row, suffix)
         pick_ms = row["backends"].get(pick, {}).get(key) if pick is not None else None
         row[f"pick_ratio_{suffix}"] = pick_ms / counted[best] if ok and pick_ms else None
         row[f"overhead_ratio_{suffix}"] = row[key] / pick_ms if ok and pick_ms else None

@@ -91,7 +91,7 @@ def reorder_markdown(result):
 
 
 def planner_markdown(result):
-    from gnnio.bench.study_planner import verdict
+    from gnnio.bench.study_planner import pass_pick, verdict
 
     lines = _head(result, "Planner study", (
         "Each fixed backend and the planner's automatic choice (its default call path) on the "
@@ -124,7 +124,7 @@ def planner_markdown(result):
             lines.append(
                 f"| {r['graph']} | {r['family']} | {r['dtype']} | {label} | {fixed} | "
                 f"{r.get(f'fastest_{suffix}') or '—'} | "
-                f"{r.get('planner_pick_fwd' if suffix == 'fwd' else 'planner_pick', r['planner_pick'])} | "
+                f"{pass_pick(r, suffix)} | "
                 f"{_ms(r.get(key))} | "
                 f"{_x(ratio)} | {_x(r.get(f'pick_ratio_{suffix}'))} | "
                 f"{_x(r.get(f'overhead_ratio_{suffix}'))} | "
