@@ -42,9 +42,10 @@ def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = No
             enough edges (``graph.wsb_stats()['edges_per_tile']`` at or above
             ``gnnio.plan.wsb_threshold(F, dtype, num_dst, training)``, where ``training``,
             lower on small graphs, applies when ``x`` needs a gradient; float32 only where tf32
-            is allowed), else CSR; on the CPU always CSR. ``'csr'``: cuSPARSE / gnnio's CSR kernels. ``'wsb'``:
-            the weighted block-sparse tiles of ``graph.wsb()`` on tensor cores (CUDA: float32
-            as tf32, float16, bfloat16, all accumulated in float32; float64 raises, use 'csr').
+            is allowed), else CSR; on the CPU always CSR. ``'csr'``: cuSPARSE / gnnio's CSR
+            kernels. ``'wsb'``: the weighted block-sparse tiles of ``graph.wsb()`` on tensor
+            cores (CUDA: float32 as tf32, float16, bfloat16, all accumulated in float32;
+            float64 raises, use 'csr').
             WSB pays for every stored zero of a tile, so it is for locally dense graphs. The
             CPU runs the same tiled algorithm in float32/float64 (a reference). With WSB a
             non-finite entry of ``x`` reaches, through the zeros of its tile, every row of

@@ -424,8 +424,8 @@ def spmm_backend(graph, x: torch.Tensor, backend: Optional[str] = None,
         training = torch.is_grad_enabled() and x.requires_grad
     key = ("spmm", width, dtype, dtype is torch.float32 and _tf32_allowed(), bool(training))
     hit = None if compiling else _memo_hit(graph, key)
-    rule = lambda: _spmm_rule(graph, width, dtype, training=training)  # noqa: E731
-    return hit if hit is not None else _memo(graph, key, lambda: "wsb" if rule().wsb else "csr")
+    return hit if hit is not None else _memo(
+        graph, key, lambda: "wsb" if _spmm_rule(graph, width, dtype, training=training).wsb else "csr")
 
 
 def _nearest_measurement(ept: float, dtype: torch.dtype) -> str:

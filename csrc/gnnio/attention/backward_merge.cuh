@@ -18,8 +18,9 @@ struct Partials {
 };
 
 // Pass A's item partials when it forms D_i itself: the item's shift (where its walk left it:
-// the running p-weighted mean r g of its slots), sum of p, sum of p (r g - shift), then the four C-vectors A_q, B_q, A_att, B_att (see
-// pass_a_kernel), so an item's share of d query is A_q - (D - shift) B_q once D is known.
+// the running p-weighted mean r g of its slots), sum of p, sum of p (r g - shift), then the
+// four C-vectors A_q, B_q, A_att, B_att (see pass_a_kernel), so an item's share of d query is
+// A_q - (D - shift) B_q once D is known.
 struct OnlineSlot {
   static constexpr int kShift = 0, kWeight = 1, kDelta = 2, kVectors = 3;
   static constexpr int64_t stride(int64_t C) { return kVectors + 4 * C; }

@@ -534,8 +534,8 @@ bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bo
   // a shift that follows the running estimate of D_i, so they round about as the r g - D_i of
   // the path from out do (NOTES v10; a shift fixed at the first slot's r g lost up to 3x more,
   // which kept this mode opt-in until then). GNNIO_GATV2_DELTA_IN_PASS_A=0 keeps out and forms
-  // D_i from it. Never when a per-slot gradient (d edge_key, d edge_value)
-  // is asked for: that needs D_i at each slot.
+  // D_i from it. Never when a per-slot gradient (d edge_key, d edge_value) is asked for: that
+  // needs D_i at each slot.
   if (kind != ScoreKind::kGatV2 || !(grad_query || grad_att) || grad_edge_key || grad_edge_value)
     return false;
   const char* knob = std::getenv("GNNIO_GATV2_DELTA_IN_PASS_A");

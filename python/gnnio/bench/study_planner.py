@@ -254,7 +254,8 @@ def run_graph(data, fp, args, result, save, clock):
                 save()
                 log(f"  {family:9s} {label:12s} " + "  ".join(
                     f"{b} {_ms(m['fwd_ms'])}/{_ms(m['fwd_bwd_ms'])}" for b, m in backends.items())
-                    + f"  planner[{picks[False]}/{picks[True]}] {_ms(row['fwd_ms'])}/{_ms(row['fwd_bwd_ms'])}  "
+                    + f"  planner[{picks[False]}/{picks[True]}] "
+                    f"{_ms(row['fwd_ms'])}/{_ms(row['fwd_bwd_ms'])}  "
                     f"ratio {_x(row['ratio_fwd'])}/{_x(row['ratio_fwd_bwd'])}"
                     + "".join(f"  {p}: {row[f'miss_{p}']}" for p in ("fwd", "fwd_bwd")
                               if row[f"miss_{p}"]))
