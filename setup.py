@@ -3,9 +3,14 @@
 CUDA kernels are built when torch has CUDA and nvcc is found (or GNNIO_FORCE_CUDA=1, e.g. to
 compile them on a machine without a GPU); set GNNIO_FORCE_CPU=1 for a CPU-only build. The
 architecture defaults to sm_90a (H100/H200); TORCH_CUDA_ARCH_LIST overrides it.
+
+GNNIO_CUDA_OBJECTS=<dir> links the kernels' objects from <dir> instead of compiling the .cu files
+(scripts/cuda_objects.py compiles them with torch's nvcc flags on any machine with nvcc, and
+records the sources they came from): a GPU machine then compiles only the binding.
 """
 import glob
 import os
+import sys
 
 from setuptools import find_packages, setup
 
@@ -54,9 +59,18 @@ def _extension():
             "gnnio._C", cpu_sources, include_dirs=include_dirs,
             extra_compile_args={"cxx": cxx}, extra_link_args=["-fopenmp"])
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0a")
-    cuda_sources = sorted(glob.glob("csrc/gnnio/*/*.cu")) + sorted(glob.glob("csrc/torch/cuda/*.cpp"))
+    kernel_sources = sorted(glob.glob("csrc/gnnio/*/*.cu"))
+    kernel_objects = []
+    if os.environ.get("GNNIO_CUDA_OBJECTS"):
+        sys.path.insert(0, os.path.join(ROOT, "scripts"))
+        from cuda_objects import prebuilt_objects
+
+        kernel_objects = prebuilt_objects(os.environ["GNNIO_CUDA_OBJECTS"])
+        kernel_sources = []
+    binding_sources = sorted(glob.glob("csrc/torch/cuda/*.cpp"))
     return CUDAExtension(
-        "gnnio._C", cpu_sources + cuda_sources, include_dirs=include_dirs,
+        "gnnio._C", cpu_sources + kernel_sources + binding_sources, include_dirs=include_dirs,
+        extra_objects=kernel_objects,
         define_macros=[("GNNIO_WITH_CUDA", None)],
         extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]},
         extra_link_args=["-fopenmp", "-lcusparse"])

@@ -1,0 +1,97 @@
+"""Prebuilt kernel objects: compiles gnnio's CUDA kernels (csrc/gnnio/*/*.cu) into a folder that
+setup.py links when GNNIO_CUDA_OBJECTS=<folder> is set, so a GPU machine builds only the binding.
+
+The kernels include no torch header, so their objects depend only on nvcc, the flags and the
+sources: the flags are torch's own for a .cu (COMMON_NVCC_FLAGS, the arch list, the C++ ABI, -fPIC)
+plus setup.py's, and <folder>/MANIFEST records them with a SHA-256 of every file under csrc/gnnio.
+setup.py refuses objects whose manifest does not match the tree it builds: a stale kernel would
+pass every binding check and test the wrong code.
+
+    python scripts/cuda_objects.py .cuda_objects [--jobs 2]
+"""
+import argparse
+import concurrent.futures
+import glob
+import hashlib
+import os
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SETUP_NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DGNNIO_WITH_CUDA"]
+
+
+def kernel_sources():
+    return sorted(glob.glob("csrc/gnnio/*/*.cu", root_dir=ROOT))
+
+
+def object_name(source):
+    """csrc/gnnio/attention/cuda_forward.cu -> attention_cuda_forward.o (one flat folder)."""
+    family, name = source.split("/")[-2:]
+    return f"{family}_{os.path.splitext(name)[0]}.o"
+
+
+def nvcc_flags():
+    """The flags torch's CUDAExtension gives nvcc for a .cu that includes no torch header."""
+    import torch
+    from torch.utils import cpp_extension
+
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0a")
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return (cpp_extension.COMMON_NVCC_FLAGS + cpp_extension._get_cuda_arch_flags()
+            + ["--compiler-options", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+            + SETUP_NVCC_FLAGS)
+
+
+def manifest(flags):
+    """One line of flags, then one SHA-256 line per file under csrc/gnnio (headers included)."""
+    lines = ["flags " + " ".join(flags)]
+    for path in sorted(glob.glob("csrc/gnnio/**/*", root_dir=ROOT, recursive=True)):
+        full = os.path.join(ROOT, path)
+        if os.path.isfile(full):
+            with open(full, "rb") as f:
+                lines.append(f"{hashlib.sha256(f.read()).hexdigest()}  {path}")
+    return "\n".join(lines) + "\n"
+
+
+def prebuilt_objects(folder):
+    """The objects setup.py links from folder, after checking its MANIFEST against this tree."""
+    try:
+        with open(os.path.join(folder, "MANIFEST")) as f:
+            recorded = f.read()
+    except FileNotFoundError:
+        raise RuntimeError(f"GNNIO_CUDA_OBJECTS={folder} has no MANIFEST") from None
+    if recorded != manifest(nvcc_flags()):
+        raise RuntimeError(f"GNNIO_CUDA_OBJECTS={folder} was built from other sources or flags: "
+                           f"rebuild it with scripts/cuda_objects.py")
+    return [os.path.join(folder, object_name(src)) for src in kernel_sources()]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="folder for the objects and MANIFEST")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    flags = nvcc_flags()
+    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+
+    def compile_one(src):
+        started = time.time()
+        subprocess.run([nvcc, *flags, f"-I{os.path.join(ROOT, 'csrc')}", "-c", src,
+                        "-o", os.path.join(out, object_name(src))], cwd=ROOT, check=True)
+        return src, time.time() - started
+
+    # Largest first: cuda_backward.cu alone is most of the wall time.
+    sources = sorted(kernel_sources(), key=lambda s: os.path.getsize(os.path.join(ROOT, s)),
+                     reverse=True)
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for src, seconds in pool.map(compile_one, sources):
+            print(f"{seconds:6.1f} s  {src}", flush=True)
+    with open(os.path.join(out, "MANIFEST"), "w") as f:
+        f.write(manifest(flags))
+
+
+if __name__ == "__main__":
+    main()
