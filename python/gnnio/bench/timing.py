@@ -8,23 +8,19 @@ import torch
 def median_ms(fn, device: torch.device, warmup: int, repeat: int, min_sample_ms: float = 5.0) -> float:
     """Median time of one fn() in milliseconds: CUDA events on a GPU, perf_counter on a CPU.
 
-    On the GPU a call shorter than `min_sample_ms` is repeated back to back inside each
-    sample (and the time divided), so launch-bound calls on small graphs are measured as a
-    stream of calls rather than as one event pair's jitter. Every implementation gets the same
-    treatment. 5 ms: with 1 ms samples (3 calls of a 0.3 ms layer) one row in each of two
-    reduction runs came out 10-15% off between runs (bench/NOTES.md, reduction v2)."""
+    A call shorter than `min_sample_ms` is repeated back to back inside each sample (and the
+    time divided), so launch-bound calls on small graphs are measured as a stream of calls
+    rather than as one timer pair's jitter. Every implementation gets the same treatment. 5 ms:
+    with 1 ms samples (3 calls of a 0.3 ms layer) one row in each of two reduction runs came
+    out 10-15% off between runs (bench/NOTES.md, reduction v2). On a CPU, one call per sample
+    with 2 warm-up calls put Cora's gnnio spmm at 0.67 ms against 0.18-0.21 ms in a steady
+    loop: the first calls after loading a graph are not the steady state."""
     for _ in range(warmup):
         fn()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        inner = max(1, min(200, int(min_sample_ms / max(start.elapsed_time(end), 1e-3))))
-    else:
-        inner = 1
+    one = sample_ms(fn, 1, device)
+    inner = max(1, min(200, int(min_sample_ms / max(one, 1e-3))))
     times = [sample_ms(fn, inner, device) for _ in range(repeat)]
     return statistics.median(times)
 
