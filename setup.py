@@ -15,6 +15,8 @@ import sys
 from setuptools import find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from cuda_objects import NVCC_FLAGS, prebuilt_objects  # noqa: E402  (setup.py's nvcc flags, once)
 
 
 def _want_cuda():
@@ -26,6 +28,12 @@ def _want_cuda():
     if os.environ.get("GNNIO_FORCE_CUDA") == "1":
         return True
     return torch.version.cuda is not None and CUDA_HOME is not None and torch.cuda.is_available()
+
+
+def _headers():
+    """setuptools rebuilds an extension only when a listed file is newer than it: the headers and
+    prebuilt objects (not sources) must be listed too, or a header's edit keeps the old .so."""
+    return sorted(glob.glob("csrc/**/*.h", recursive=True) + glob.glob("csrc/**/*.cuh", recursive=True))
 
 
 def _extension():
@@ -56,23 +64,20 @@ def _extension():
     include_dirs = [os.path.join(ROOT, "csrc")]
     if not _want_cuda():
         return CppExtension(
-            "gnnio._C", cpu_sources, include_dirs=include_dirs,
+            "gnnio._C", cpu_sources, include_dirs=include_dirs, depends=_headers(),
             extra_compile_args={"cxx": cxx}, extra_link_args=["-fopenmp"])
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0a")
     kernel_sources = sorted(glob.glob("csrc/gnnio/*/*.cu"))
     kernel_objects = []
     if os.environ.get("GNNIO_CUDA_OBJECTS"):
-        sys.path.insert(0, os.path.join(ROOT, "scripts"))
-        from cuda_objects import prebuilt_objects
-
         kernel_objects = prebuilt_objects(os.environ["GNNIO_CUDA_OBJECTS"])
         kernel_sources = []
     binding_sources = sorted(glob.glob("csrc/torch/cuda/*.cpp"))
     return CUDAExtension(
         "gnnio._C", cpu_sources + kernel_sources + binding_sources, include_dirs=include_dirs,
-        extra_objects=kernel_objects,
+        extra_objects=kernel_objects, depends=_headers() + kernel_objects,
         define_macros=[("GNNIO_WITH_CUDA", None)],
-        extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]},
+        extra_compile_args={"cxx": cxx, "nvcc": NVCC_FLAGS},
         extra_link_args=["-fopenmp", "-lcusparse"])
 
 

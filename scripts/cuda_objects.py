@@ -1,11 +1,13 @@
 """Prebuilt kernel objects: compiles gnnio's CUDA kernels (csrc/gnnio/*/*.cu) into a folder that
 setup.py links when GNNIO_CUDA_OBJECTS=<folder> is set, so a GPU machine builds only the binding.
 
-The kernels include no torch header, so their objects depend only on nvcc, the flags and the
-sources: the flags are torch's own for a .cu (COMMON_NVCC_FLAGS, the arch list, the C++ ABI, -fPIC)
-plus setup.py's, and <folder>/MANIFEST records them with a SHA-256 of every file under csrc/gnnio.
-setup.py refuses objects whose manifest does not match the tree it builds: a stale kernel would
-pass every binding check and test the wrong code.
+The kernels include no torch header, so their objects depend only on the CUDA toolkit, the
+flags and the sources: the flags are torch's own for a .cu (COMMON_NVCC_FLAGS, the arch list, the
+C++ ABI, -fPIC) plus setup.py's (NVCC_FLAGS, defined here for both), and <folder>/MANIFEST records
+them, nvcc's version and CC, with a SHA-256 of every file under csrc/gnnio, as they were both
+before and after the compile (an edit meanwhile leaves no MANIFEST). setup.py refuses objects
+whose manifest does not match the tree it builds: a stale kernel would pass every binding check
+and test the wrong code.
 
     python scripts/cuda_objects.py .cuda_objects [--jobs 2]
 """
@@ -18,7 +20,7 @@ import subprocess
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SETUP_NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DGNNIO_WITH_CUDA"]
+NVCC_FLAGS = ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]  # setup.py's, with GNNIO_WITH_CUDA
 
 
 def kernel_sources():
@@ -31,6 +33,12 @@ def object_name(source):
     return f"{family}_{os.path.splitext(name)[0]}.o"
 
 
+def nvcc_path():
+    from torch.utils import cpp_extension
+
+    return os.path.join(cpp_extension.CUDA_HOME or "/usr/local/cuda", "bin", "nvcc")
+
+
 def nvcc_flags():
     """The flags torch's CUDAExtension gives nvcc for a .cu that includes no torch header."""
     import torch
@@ -38,14 +46,18 @@ def nvcc_flags():
 
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0a")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    ccbin = ["-ccbin", os.environ["CC"]] if os.environ.get("CC") else []  # as torch adds it
     return (cpp_extension.COMMON_NVCC_FLAGS + cpp_extension._get_cuda_arch_flags()
-            + ["--compiler-options", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
-            + SETUP_NVCC_FLAGS)
+            + ["--compiler-options", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"] + ccbin
+            + NVCC_FLAGS + ["-DGNNIO_WITH_CUDA"])
 
 
 def manifest(flags):
-    """One line of flags, then one SHA-256 line per file under csrc/gnnio (headers included)."""
-    lines = ["flags " + " ".join(flags)]
+    """The flags, nvcc's version, then one SHA-256 line per file under csrc/gnnio (headers
+    included)."""
+    version = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True,
+                             check=True).stdout.strip().splitlines()[-1]
+    lines = ["flags " + " ".join(flags), "nvcc " + version]
     for path in sorted(glob.glob("csrc/gnnio/**/*", root_dir=ROOT, recursive=True)):
         full = os.path.join(ROOT, path)
         if os.path.isfile(full):
@@ -74,8 +86,12 @@ def main():
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
+    recorded = os.path.join(out, "MANIFEST")
+    if os.path.exists(recorded):  # until every object is rebuilt, the folder matches no tree
+        os.remove(recorded)
     flags = nvcc_flags()
-    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    nvcc = nvcc_path()
+    before = manifest(flags)
 
     def compile_one(src):
         started = time.time()
@@ -89,8 +105,10 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         for src, seconds in pool.map(compile_one, sources):
             print(f"{seconds:6.1f} s  {src}", flush=True)
-    with open(os.path.join(out, "MANIFEST"), "w") as f:
-        f.write(manifest(flags))
+    if manifest(flags) != before:
+        raise SystemExit("cuda_objects: the sources changed while compiling; no MANIFEST written")
+    with open(recorded, "w") as f:
+        f.write(before)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,6 @@ struct Operands {
   const T* row(const T* base, int64_t r, int64_t h) const {
     return base ? base + (r * H + h) * C : zeros.data();
   }
-  static double at(const T* row, int64_t c) { return row ? double(row[c]) : 0.0; }
 
   // GAT's pre-activation: src_score_j + dst_score_i + edge_score_k.
   double gat_z(int64_t i, int64_t j, int64_t k, int64_t h) const {
@@ -121,9 +120,8 @@ struct Operands {
       const T* ek = row(edge_key, k, h);
       if constexpr (K == ScoreKind::kGatV2) {
         const T* a = att + h * C;
-        const double s = slope;
         return channel_sum(C, [&](int64_t c) {
-          return double(a[c]) * leaky(double(q[c]) + double(kj[c]) + double(ek[c]), s);
+          return double(a[c]) * leaky(double(q[c]) + double(kj[c]) + double(ek[c]), slope);
         });
       } else {
         return scale * channel_sum(C, [&](int64_t c) {
@@ -252,7 +250,8 @@ SlotGrad slot_grad(const Operands<T>& in, int64_t i, int64_t j, int64_t k, int64
   if (r != 0) {  // a dropped weight has no value term: de_k = -p_k D_i
     const T* vj = in.vec(in.value, j, h);
     const T* ev = in.row(in.edge_value, k, h);
-    gv = channel_sum(in.C, [&](int64_t c) { return double(g_i[c]) * (double(vj[c]) + double(ev[c])); });
+    gv = channel_sum(in.C,
+                     [&](int64_t c) { return double(g_i[c]) * (double(vj[c]) + double(ev[c])); });
   }
   return {p * r, p * (r * gv - d_i)};
 }

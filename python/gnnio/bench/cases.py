@@ -44,4 +44,7 @@ LAYERS: Dict[str, LayerCase] = {
                                  lambda f: _pyg().TransformerConv(f, f // 4, heads=4)),
 }
 
-DEFAULT_LAYERS = ["spmm", "GCNConv", "GraphConv(add)", "SAGEConv(mean)"]
+# The SpMM family's four rows, one reduction layer and one layer per attention kind (gat, gatv2,
+# dot): the demo (scripts/demo.sh) shows all three kernel families.
+DEFAULT_LAYERS = ["spmm", "GCNConv", "GraphConv(add)", "SAGEConv(mean)", "SAGEConv(max)", "GATConv",
+                  "GATv2Conv", "TransformerConv"]

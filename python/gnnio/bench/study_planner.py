@@ -108,7 +108,7 @@ def measure_interleaved(fns, device, warmup, repeat):
     """{name: {ms, samples, inner} or {error}} for callables timed the same way, interleaved.
 
     Each gets one untimed call (caches) and a timed probe; from the probe its calls per sample
-    (``inner``: enough for MIN_SAMPLE_MS on a GPU, at most 200; 1 on the CPU, as median_ms) and
+    (``inner``: enough for MIN_SAMPLE_MS on a GPU, at most 200; 1 on the CPU, where the study runs only as its tests) and
     its sample count: above ONE_SAMPLE_MS the probe is the measurement, above FEW_SAMPLES_MS 3
     samples. Then ``warmup`` rounds of one call each, and ``repeat`` rounds of one sample each:
     the rotations of the candidates' order, then of the reversed order, and so on, so that each
