@@ -59,13 +59,18 @@ def run(x, att, g):
     return score, x.grad, att.grad
 
 
+def our_terms(x, att):
+    """The module docstring's k for (score, d x, d att), each with one rounding to the output."""
+    return x.size(2) + 1, att.size(0) + 1, CHUNK + math.ceil(x.size(0) / CHUNK) + 1
+
+
 def check_all(x, att, g, unit):
-    n = x.size(0)
     score, gx, gatt = run(x, att, g)
     (s_ref, gx_ref, gatt_ref) = exact(x, att, g.to(torch.result_type(x, att)))
-    check(score, s_ref, x.size(2) + 1, unit, score.dtype)
-    check(gx, gx_ref, att.size(0) + 1, unit, x.dtype)
-    check(gatt, gatt_ref, CHUNK + math.ceil(n / CHUNK) + 1, unit, att.dtype)
+    k_score, k_x, k_att = our_terms(x, att)
+    check(score, s_ref, k_score, unit, score.dtype)
+    check(gx, gx_ref, k_x, unit, x.dtype)
+    check(gatt, gatt_ref, k_att, unit, att.dtype)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"N{s[0]}-A{s[1]}-H{s[2]}-C{s[3]}" for s in SHAPES])
@@ -91,9 +96,8 @@ def test_matches_pyg_expression():
     ref = torch.stack([(xr * ar[i]).sum(-1) for i in range(a)])
     ref.backward(g)
     u = UNIT[torch.float32]
-    ours_terms = (c + 1, a + 1, CHUNK + math.ceil(n / CHUNK) + 1)
     theirs_terms = (c, a, n)
-    pairs = zip((score, gx, gatt), (ref, xr.grad, ar.grad), exact(x, att, g), ours_terms,
+    pairs = zip((score, gx, gatt), (ref, xr.grad, ar.grad), exact(x, att, g), our_terms(x, att),
                 theirs_terms)
     for ours, theirs, (value, mag), k_ours, k_theirs in pairs:
         bound = (k_ours + k_theirs) * u * mag + 2 * u * value.abs() + 1e-300
