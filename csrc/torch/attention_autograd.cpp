@@ -17,6 +17,7 @@
 #include <torch/library.h>
 
 #include "attention_common.h"
+#include "column_sum_common.h"
 
 namespace gnnio::binding {
 namespace {
@@ -25,14 +26,15 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr int kValueArg = 3;     // schema position of value; the 8 operands follow it
-constexpr int kNumArgs = 29;     // the schema's 28 and grad_enabled
+constexpr int kBiasArg = 28;     // schema position of bias (the output bias)
+constexpr int kNumArgs = 30;     // the schema's 29 and grad_enabled
 
 using ForwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, int64_t, double, double, double, int64_t, bool,
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
-    int64_t, const OptTensor&, const OptTensor&, int64_t, bool);
+    int64_t, const OptTensor&, const OptTensor&, int64_t, bool, const OptTensor&);
 using BackwardSig = std::vector<at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const c10::List<OptTensor>&,
     int64_t, at::ArrayRef<double>, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
@@ -53,7 +55,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
       const OptTensor& heavy_rows, const OptTensor& heavy_items, int64_t light_max_degree,
       const OptTensor& heavy_src, const OptTensor& heavy_src_items, int64_t light_max_out_degree,
-      bool save_out_acc, bool grad_enabled) {
+      bool save_out_acc, const OptTensor& bias, bool grad_enabled) {
     // Which gradients to compute, from the inputs themselves (needs_input_grad counts only
     // tensor arguments, which would make the indices depend on the schema's scalar positions).
     std::vector<int64_t> needs{value.requires_grad()};
@@ -80,6 +82,11 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
           needs[1 + kEdgeKey] != 0, needs[1 + kEdgeValue] != 0);
 #endif
     const bool keep_acc = grad_enabled && any && low_precision(value) && !delta_in_pass_a;
+    // The output bias goes into the kernel's store of out unless out itself is kept for D_i:
+    // then the kept out must stay the attention output, and the caller may change the returned
+    // one in place (an in-place activation after the layer), so the sum is a new tensor.
+    const bool out_kept = grad_enabled && any && !delta_in_pass_a && !keep_acc;
+    const OptTensor op_bias = out_kept ? c10::nullopt : bias;
     static auto op = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("gnnio::graph_attention", "")
                          .typed<ForwardSig>();
@@ -92,7 +99,8 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       return op.call(rowptr, col, kind, value, src_score, dst_score, edge_score, query, key,
                      edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,
                      need_weights, rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree,
-                     heavy_src, heavy_src_items, light_max_out_degree, save_out_acc || keep_acc);
+                     heavy_src, heavy_src_items, light_max_out_degree, save_out_acc || keep_acc,
+                     op_bias);
     }();
     ctx->mark_non_differentiable({stats, weights, out_acc});
     const at::Tensor& kept = keep_acc ? out_acc : out;
@@ -117,6 +125,11 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     ctx->saved_data["seed"] = seed;
     ctx->saved_data["light_max"] = std::vector<int64_t>{light_max_degree, light_max_out_degree};
     ctx->saved_data["needs"] = needs;
+    ctx->saved_data["bias_grad"] = bias.has_value() && bias->requires_grad();
+    if (bias.has_value() && out_kept) {
+      auto with_bias = out + bias->view({1, out.size(1), out.size(2)});
+      return {with_bias, stats, weights, out_acc};
+    }
     return {out, stats, weights, out_acc};
   }
 
@@ -143,7 +156,10 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
                   "inplace operation: the output of gnnio::graph_attention");
       if (!keep_graph) ctx->saved_data.erase("out");
     }
-    if (!any || !grads[0].defined()) return result;
+    if (!grads[0].defined()) return result;
+    if (ctx->saved_data["bias_grad"].toBool())  // the bias is on every row of out
+      result[kBiasArg] = column_sum_of_rows(grads[0]);
+    if (!any) return result;
     // sym_numel: under torch.compile the saved tensors have symbolic sizes.
     TORCH_CHECK_VALUE(s[11].sym_numel() != 0,
                       "graph_attention backward needs the transposed CSR (built when the forward "
@@ -183,12 +199,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_autog
     double dropout, int64_t seed, bool need_weights, const at::Tensor& rowptr_t,
     const at::Tensor& col_t, const at::Tensor& t2c, const OptTensor& heavy_rows,
     const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
-    const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc) {
+    const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc,
+    const OptTensor& bias) {
   auto outs = GraphAttentionFunction::apply(
       rowptr, col, kind, value, src_score, dst_score, edge_score, query, key, edge_key, att,
       edge_value, num_dst, negative_slope, scale, dropout, seed, need_weights, rowptr_t, col_t, t2c,
       heavy_rows, heavy_items, light_max_degree, heavy_src, heavy_src_items, light_max_out_degree,
-      save_out_acc, at::GradMode::is_enabled());
+      save_out_acc, bias, at::GradMode::is_enabled());
   return {outs[0], outs[1], outs[2], outs[3]};
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common.h"
+#include "column_sum_common.h"
 #include "gnnio/attention/params.h"
 #include "spmm_common.h"
 
@@ -103,6 +104,21 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
 
 inline bool low_precision(const at::Tensor& t) {
   return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+}
+
+// The output bias the op adds to out (params.h's bias): contiguous [H * C] in value's dtype,
+// on value's device.
+inline void set_output_bias(AttentionParams& p, const at::Tensor& value, const OptTensor& bias) {
+  if (!bias.has_value()) return;
+  const int64_t HC = value.size(1) * value.size(2);
+  TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == HC,
+                    text("graph_attention: bias must be [heads * channels] = [", HC, "], got ",
+                         sizes_text(bias->sizes())));
+  TORCH_CHECK_VALUE(bias->is_contiguous(), "graph_attention: bias must be contiguous");
+  TORCH_CHECK_TYPE(bias->scalar_type() == value.scalar_type(),
+                   "graph_attention: bias must have value's dtype");
+  check_same_device(*bias, "bias", value, "value");
+  p.bias = bias->data_ptr();
 }
 
 // Forward outputs: out [num_dst, H, C] (value's dtype), stats [num_dst, H, 2], when asked for
@@ -235,8 +251,10 @@ inline std::vector<at::Tensor> attention_finish_grads(const AttentionInputs& in,
   std::vector<at::Tensor> grads{g.value};
   for (int i = 0; i < 8; ++i) {
     if (i == kAtt) {
-      grads.push_back(g.att_partial.dim() == 3 ? g.att_partial.sum(0).to(in.value.scalar_type())
-                                               : at::empty({0}, in.value.options()));
+      grads.push_back(g.att_partial.dim() == 3
+                          ? column_sum_of_rows(g.att_partial).view({g.att_partial.size(1), g.att_partial.size(2)})
+                                .to(in.value.scalar_type())
+                          : at::empty({0}, in.value.options()));
       continue;
     }
     grads.push_back(g.operands[i]);

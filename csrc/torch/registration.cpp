@@ -101,14 +101,16 @@ TORCH_LIBRARY(gnnio, m) {
   // bf16/fp16 (else empty; the autograd asks for it to form the backward's D_i unrounded).
   // (rowptr_t, col_t, t2c) is the transpose, read only by the backward pass; the heavy_* and
   // light_max_* arguments are the planner's super-node split (CUDA; gnnio.plan.plan_attention).
+  // bias [H * C] (value's dtype), when given, is added to every row of out (not of out_acc): a
+  // layer's output bias, in the kernel's store of out rather than a second pass over it.
   m.def("graph_attention(Tensor rowptr, Tensor col, int kind, Tensor value, Tensor? src_score, "
         "Tensor? dst_score, Tensor? edge_score, Tensor? query, Tensor? key, Tensor? edge_key, "
         "Tensor? att, Tensor? edge_value, int num_dst, float negative_slope, float scale, "
         "float dropout, int seed, bool need_weights, Tensor rowptr_t, Tensor col_t, Tensor t2c, "
         "Tensor? heavy_rows=None, Tensor? heavy_items=None, int light_max_degree=4611686018427387904, "
         "Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
-        "int light_max_out_degree=4611686018427387904, bool save_out_acc=False) -> "
-        "(Tensor out, Tensor stats, Tensor weights, Tensor out_acc)");
+        "int light_max_out_degree=4611686018427387904, bool save_out_acc=False, "
+        "Tensor? bias=None) -> (Tensor out, Tensor stats, Tensor weights, Tensor out_acc)");
   // Gradients [value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value]
   // (empty tensors where needs[i] is 0; needs[5] == 2: key is value, whose gradient then holds
   // both and key's is empty). operands in that order without value; coeffs =
@@ -131,6 +133,9 @@ TORCH_LIBRARY(gnnio, m) {
   // grad_out). graph_attention_backward takes it in place of out, so the autograd can free out
   // before the gradients are allocated. CUDA only.
   m.def("graph_attention_delta(Tensor out, Tensor grad_out) -> Tensor");
+  // out[c] = sum_r x[r, c] for a [rows, cols] x, in x's dtype, summed in float64 in a fixed
+  // order (gnnio/dense/column_sum.h): the bias gradients.
+  m.def("column_sum(Tensor x) -> Tensor");
   // Parses the bytes of a Matrix Market file (uint8 tensor).
   m.def("parse_mtx(Tensor text) -> (Tensor row, Tensor col, Tensor value, int num_rows, "
         "int num_cols, bool symmetric)");

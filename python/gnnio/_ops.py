@@ -82,7 +82,7 @@ def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_s
                           edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,
                           need_weights, rowptr_t, col_t, t2c, heavy_rows=None, heavy_items=None,
                           light_max_degree=2**62, heavy_src=None, heavy_src_items=None,
-                          light_max_out_degree=2**62, save_out_acc=False):
+                          light_max_out_degree=2**62, save_out_acc=False, bias=None):
     acc = torch.float64 if value.dtype == torch.float64 else torch.float32
     heads, channels = value.size(1), value.size(2)
     keep_acc = save_out_acc and value.dtype in (torch.float16, torch.bfloat16)
@@ -115,6 +115,25 @@ def _head_scores_fake(x, att):
 def _head_scores_backward_fake(x, att, grad_score, x_grad, att_grad):
     return (x.new_empty(x.shape) if x_grad else x.new_empty(0),
             att.new_empty(att.shape) if att_grad else att.new_empty(0))
+
+
+@torch.library.register_fake("gnnio::column_sum")
+def _column_sum_fake(x):
+    return x.new_empty(x.size(1))
+
+
+def _column_sum_setup(ctx, inputs, output):
+    ctx.rows = inputs[0].size(0)
+
+
+def _column_sum_backward(ctx, grad):
+    return grad.unsqueeze(0).expand(ctx.rows, -1)
+
+
+# d x of a column sum is d out on every row: registered here (one line), so a bias gradient
+# that a second-order loss reads stays differentiable.
+torch.library.register_autograd("gnnio::column_sum", _column_sum_backward,
+                                setup_context=_column_sum_setup)
 
 
 # Autograd of spmm, wsb_spmm, segment_reduce, graph_attention and head_scores is registered in C++ (csrc/torch/*_autograd.cpp): no Python per call.

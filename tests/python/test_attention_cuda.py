@@ -12,7 +12,7 @@ import gnnio
 from conftest import assert_no_worse_than_reference
 from graphs import hub, random_graph
 from test_attention import _MODULES, _spy_on  # helpers, not tests
-from test_attention_op import OP_CASES, OP_IDS, make_operands as make_op_operands
+from test_attention_op import OP_CASES, OP_IDS, check_output_bias, make_operands as make_op_operands
 
 EPS32 = torch.finfo(torch.float32).eps
 
@@ -559,3 +559,20 @@ def test_cuda_gatv2_forward_keeps_no_out(monkeypatch):
     second = torch.autograd.grad(out, leaves, gout)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("kind", ["gat", "gatv2", "dot"])
+@pytest.mark.parametrize("graph_name", ["random", "hub_in", "bipartite", "no_edges"])
+def test_cuda_output_bias(graph_name, kind, grad, dtype):
+    """The output bias added in the forward kernel's and the merge kernel's stores (no gradient;
+    GATv2 with its default pass A, which keeps no out; bf16 values, whose out_acc is kept) or by
+    the autograd (out kept): out + b bit for bit either way, on light rows, a split hub row,
+    empty rows and no edges (test_attention_op.check_output_bias)."""
+    ei, (ns, nd) = GRAPHS[graph_name]
+    gen = torch.Generator().manual_seed(torch.seed())
+    value, ops = operands(kind, ns, nd, ei.size(1), False, dtype, gen)
+    ops = {k: t.cuda() for k, t in dict(value=value, **ops).items()}
+    bias = torch.randn(H * C, generator=gen).to(dtype).cuda()
+    check_output_bias(gnnio.Graph(ei.cuda(), size=(ns, nd)), kind, ops, bias, grad)

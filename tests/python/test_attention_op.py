@@ -158,6 +158,8 @@ def test_op_return_weights_edge_order_and_shapes():
     (dict(kind="dot", dropout=1.0), ValueError, "dropout"),
     (dict(kind="dot", edge_key=torch.randn(3, 2, 4)), ValueError, "edge_key"),
     (dict(kind="dot", query=torch.randn(30, 2, 4, dtype=torch.float64)), TypeError, "dtype"),
+    (dict(kind="dot", bias=torch.randn(7)), ValueError, "bias"),
+    (dict(kind="gat", bias=torch.randn(8, dtype=torch.float64)), TypeError, "bias"),
 ])
 def test_op_bad_inputs(kwargs, error, fragment):
     ei, n = random_graph(30, 100)
@@ -170,6 +172,70 @@ def test_op_bad_inputs(kwargs, error, fragment):
     ops = dict({k: ops[k] for k in keep}, **kwargs)
     with pytest.raises(error, match=fragment):
         gnnio.ops.graph_attention(graph, kind, **ops)
+
+
+# -- the output bias ----------------------------------------------------------------------------
+
+BIAS_CASES = [("gat", ("dst_score",)), ("gatv2", ()), ("dot", ("edge_value",))]
+
+
+def bias_sum_bound(gout):
+    """Two float32 sums of the same N terms in different orders each lie within (N - 1) u sum|g|
+    of the exact sum (u = eps / 2), so they differ by at most (N - 1) eps sum|g| per column."""
+    n = gout.size(0)
+    return (n - 1) * torch.finfo(gout.dtype).eps * gout.abs().sum(0).reshape(-1)
+
+
+def check_output_bias(graph, kind, ops, bias, grad):
+    """graph_attention(bias=b) is graph_attention() + b, bit for bit: the kernel adds the bias in
+    its store of out when nothing keeps out (no gradient; GATv2 on CUDA), the autograd adds it to
+    a new tensor when out is kept for D_i. Gradients: every operand's the same bits as the
+    unbiased op's followed by ``+ b`` (the backward reads the same stats and out), d b the column
+    sum of d out within two summation orders' bound."""
+    heads, channels = ops["value"].shape[1:]
+    with torch.set_grad_enabled(grad):
+        leaves = {k: t.detach().requires_grad_(grad) for k, t in ops.items()}
+        b = bias.detach().requires_grad_(grad)
+        got = gnnio.ops.graph_attention(graph, kind, **leaves, bias=b)
+        ref_leaves = {k: t.detach().requires_grad_(grad) for k, t in ops.items()}
+        ref_b = bias.detach().requires_grad_(grad)
+        want = gnnio.ops.graph_attention(graph, kind, **ref_leaves) + ref_b.view(heads, channels)
+    assert torch.equal(got, want)
+    if not grad:
+        return
+    gout = torch.randn(got.shape, generator=torch.Generator().manual_seed(11)).to(got)
+    g_got = torch.autograd.grad(got, list(leaves.values()) + [b], gout)
+    g_want = torch.autograd.grad(want, list(ref_leaves.values()) + [ref_b], gout)
+    for name, a, w in zip(list(leaves) + ["bias"], g_got, g_want):
+        if name == "bias":
+            assert ((a - w).abs() <= bias_sum_bound(gout)).all()
+        else:
+            assert torch.equal(a, w), name
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("kind,optional", BIAS_CASES, ids=[k for k, _ in BIAS_CASES])
+def test_output_bias_is_the_separate_add(kind, optional, grad):
+    ei, n = random_graph(50, 400, generator=torch.Generator().manual_seed(21))
+    graph = gnnio.Graph(ei, num_nodes=n + 3)  # three empty rows: out is the bias alone there
+    gen = torch.Generator().manual_seed(22)
+    ops = make_operands(kind, optional, graph, 3, 5, torch.float32, gen)
+    check_output_bias(graph, kind, ops, torch.randn(15, generator=gen), grad)
+
+
+@pytest.mark.parametrize("kind,optional", BIAS_CASES, ids=[k for k, _ in BIAS_CASES])
+def test_output_bias_gradcheck_float64(kind, optional):
+    gen = torch.Generator().manual_seed(23)
+    ei = torch.stack([torch.randint(7, (30,), generator=gen), torch.randint(6, (30,), generator=gen)])
+    graph = gnnio.Graph(ei, size=(7, 6))
+    ops = make_operands(kind, optional, graph, 2, 3, torch.float64, gen)
+    names = list(ops) + ["bias"]
+    tensors = [t.requires_grad_() for t in ops.values()]
+    bias = torch.randn(6, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_op(graph, kind, names), tensors + [bias])
+    # the bias alone requiring grad: the backward returns its gradient and nothing else
+    assert torch.autograd.gradcheck(lambda b: _op(graph, kind, names)(*[t.detach() for t in tensors], b),
+                                    [bias])
 
 
 # -- dropout ------------------------------------------------------------------------------------
@@ -270,6 +336,7 @@ def test_opcheck_graph_attention(kind):
     args = (f.rowptr, f.col, {"gat": 0, "gatv2": 1, "dot": 2}[kind], value, *scores, *qk, att,
             edge_value, n, 0.2, 0.5, 0.25, 7, True, t.rowptr, t.col, g.src_slot_to_dst_slot)
     torch.library.opcheck(torch.ops.gnnio.graph_attention.default, args)
+    torch.library.opcheck(torch.ops.gnnio.graph_attention.default, args, {"bias": r(H * C)})
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])

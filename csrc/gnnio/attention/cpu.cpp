@@ -187,6 +187,7 @@ void forward(const AttentionParams& p) {
   const Operands<T> in = operands<T>(p);
   using acc_t = T;  // stats / weights: float32 for float32, float64 for float64
   auto* out = static_cast<T*>(p.out);
+  const auto* bias = static_cast<const T*>(p.bias);
   auto* stats = static_cast<acc_t*>(p.stats);
   auto* weights = static_cast<acc_t*>(p.weights);
   const int64_t H = p.heads, C = p.channels;
@@ -221,6 +222,8 @@ void forward(const AttentionParams& p) {
       const double denom = s + kSoftmaxEps;
       T* o = out + (i * H + h) * C;
       for (int64_t c = 0; c < C; ++c) o[c] = static_cast<T>(acc[c] / denom);
+      if (bias)  // fl(fl(attention) + bias) in T, as PyG's `out + bias`
+        for (int64_t c = 0; c < C; ++c) o[c] = o[c] + bias[h * C + c];
       const bool empty = begin == end;
       stats[(i * H + h) * 2] = static_cast<acc_t>(empty ? 0.0 : m);
       stats[(i * H + h) * 2 + 1] = static_cast<acc_t>(denom);

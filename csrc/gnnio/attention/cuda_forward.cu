@@ -122,11 +122,12 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) forward_kernel(Att
   const float denom = s + kSoftmaxEps;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) acc[t] /= denom;
-  store_channels<scalar_t, CPL>(static_cast<scalar_t*>(p.out) + (i * H + h) * C, int64_t(g.sub) * CPL,
-                                C, p.vector_io, acc);
-  if (p.out_acc)
+  if (p.out_acc)  // the attention output alone: the bias is never in out_acc
     store_channels<float, CPL>(static_cast<float*>(p.out_acc) + (i * H + h) * C, int64_t(g.sub) * CPL,
                                C, p.vector_io, acc);
+  add_output_bias<scalar_t, CPL>(p, h, g.sub, acc);
+  store_channels<scalar_t, CPL>(static_cast<scalar_t*>(p.out) + (i * H + h) * C, int64_t(g.sub) * CPL,
+                                C, p.vector_io, acc);
   if (g.sub == 0) {
     auto* st = static_cast<float*>(p.stats) + (i * H + h) * 2;
     st[0] = begin == end ? 0.0f : m;
@@ -211,10 +212,14 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(AttentionParams p, Part
 #pragma unroll
   for (int t = 0; t < CPL; ++t) {
     const int64_t c = int64_t(g.sub) * CPL + t;
-    if (c < C) {
-      out[c] = from_acc<scalar_t>(acc[t] / denom);
-      if (p.out_acc) static_cast<float*>(p.out_acc)[(i * H + h) * C + c] = acc[t] / denom;
-    }
+    acc[t] /= denom;
+    if (c < C && p.out_acc) static_cast<float*>(p.out_acc)[(i * H + h) * C + c] = acc[t];
+  }
+  add_output_bias<scalar_t, CPL>(p, h, g.sub, acc);
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = int64_t(g.sub) * CPL + t;
+    if (c < C) out[c] = from_acc<scalar_t>(acc[t]);
   }
   if (g.sub == 0) {
     auto* st = static_cast<float*>(p.stats) + (i * H + h) * 2;

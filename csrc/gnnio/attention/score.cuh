@@ -93,6 +93,21 @@ __device__ inline void store_channels(scalar_t* row, int64_t c0, int64_t C, bool
     if (c0 + t < C) row[c0 + t] = from_acc<scalar_t>(v[t]);
 }
 
+// out's channels of (row, head h) with the output bias p.bias added: fl(fl(v) + bias), the value
+// out already rounded to scalar_t, as PyG's `out + bias` in scalar_t rounds it. No-op without a
+// bias. (The bias row is 4-8 KB, read by every task: it stays in L1/L2.)
+template <typename scalar_t, int CPL>
+__device__ inline void add_output_bias(const AttentionParams& p, int64_t h, int sub,
+                                       float (&v)[CPL]) {
+  if (!p.bias) return;
+  const auto* bias = static_cast<const scalar_t*>(p.bias) + h * p.channels;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    const int64_t c = int64_t(sub) * CPL + t;
+    if (c < p.channels) v[t] = to_acc(from_acc<scalar_t>(v[t])) + to_acc(bias[c]);
+  }
+}
+
 // Per-task constants: the destination-side operands of row i, head h, kept in registers.
 template <typename scalar_t, int CPL>
 struct DstSide {

@@ -15,13 +15,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_cuda_
     double dropout, int64_t seed, bool need_weights, const at::Tensor& rowptr_t,
     const at::Tensor& col_t, const at::Tensor& t2c, const OptTensor& heavy_rows,
     const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
-    const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc) {
+    const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc,
+    const OptTensor& bias) {
   const c10::cuda::CUDAGuard guard(value.device());
   const auto in = attention_inputs(rowptr, col, kind, value, src_score, dst_score, edge_score, query,
                                    key, edge_key, att, edge_value, num_dst, negative_slope, scale,
                                    dropout, seed, rowptr_t, col_t, t2c, heavy_rows, heavy_items,
                                    light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
   AttentionParams p = attention_params(in);
+  set_output_bias(p, value, bias);
   auto [out, stats, weights, out_acc] = attention_outputs(p, value, need_weights, save_out_acc);
   translate_errors([&] {
     auto ws = at::empty({static_cast<int64_t>(attention_forward_cuda_workspace_bytes(p))},

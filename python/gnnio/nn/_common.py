@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 import torch
 
 from gnnio.graph import Graph
+from gnnio.ops import column_sum
 
 # MessagePassing keyword arguments and the only values gnnio implements.
 _MESSAGE_PASSING_DEFAULTS = {"flow": "source_to_target", "node_dim": -2, "decomposed_layers": 1}
@@ -114,7 +115,7 @@ class _LinearsOfOneInput(torch.autograd.Function):
         result = [grad_x]
         for k, g in enumerate(flat):
             result.append(g.t().mm(x2) if need[1 + 2 * k] else None)
-            result.append(g.sum(0) if ctx.has_bias[k] and need[2 + 2 * k] else None)
+            result.append(column_sum(g) if ctx.has_bias[k] and need[2 + 2 * k] else None)
         return tuple(result)
 
 

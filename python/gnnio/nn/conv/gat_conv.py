@@ -131,6 +131,15 @@ def _combine_heads(out: Tensor, concat: bool, res: Optional[Tensor], bias: Optio
     return out if bias is None else out + bias
 
 
+def _op_bias(concat: bool, res: Optional[Tensor], bias: Optional[Tensor], value: Tensor) -> Optional[Tensor]:
+    """The output bias when the attention op can add it in its store of out (heads concatenated,
+    no residual, value's dtype): the same fl(out + bias) without a second pass over out. None
+    otherwise, and _combine_heads adds it."""
+    if concat and res is None and bias is not None and bias.dtype == value.dtype:
+        return bias
+    return None
+
+
 def _returned_edge_index(edge_index, graph: Graph, added_loops: bool) -> Tensor:
     """The edge_index PyG returns with the attention weights: the given one when no loops were
     added, else the looped edge list (int64, as PyG's concatenation with its arange gives)."""
@@ -274,12 +283,13 @@ class GATConv(torch.nn.Module):
         if edge_attr is not None:
             e = self.lin_edge(edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr)
             edge_score = head_scores(e.view(-1, H, C), self.att_edge)[0]
+        op_bias = _op_bias(self.concat, res, self.bias, h_src)
         result = graph_attention(graph, "gat", h_src, src_score=alpha_src, dst_score=alpha_dst,
                                  edge_score=edge_score, negative_slope=self.negative_slope,
                                  dropout=self.dropout if self.training else 0.0,
-                                 return_weights=bool(return_attention_weights))
+                                 return_weights=bool(return_attention_weights), bias=op_bias)
         out, alpha = result if return_attention_weights else (result, None)
-        out = _combine_heads(out, self.concat, res, self.bias)
+        out = _combine_heads(out, self.concat, res, self.bias if op_bias is None else None)
         if return_attention_weights:
             return out, (_returned_edge_index(edge_index, graph, self.add_self_loops), alpha)
         return out

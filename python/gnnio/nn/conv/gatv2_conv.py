@@ -6,7 +6,7 @@ from torch.nn import Parameter
 
 from gnnio.nn._common import GraphCache, check_channels, linears_of_one_input, split_pair
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
-                                    _combine_heads, _glorot, _reset_linear, _returned_edge_index,
+                                    _combine_heads, _glorot, _op_bias, _reset_linear, _returned_edge_index,
                                     _with_self_loops)
 from gnnio.ops import graph_attention
 
@@ -129,12 +129,13 @@ class GATv2Conv(torch.nn.Module):
         if edge_attr is not None:
             e = self.lin_edge(edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr)
             edge_key = e.view(-1, H, C)
+        op_bias = _op_bias(self.concat, res, self.bias, x_l)
         result = graph_attention(graph, "gatv2", x_l, query=x_r, key=x_l, edge_key=edge_key,
                                  att=self.att, negative_slope=self.negative_slope,
                                  dropout=self.dropout if self.training else 0.0,
-                                 return_weights=bool(return_attention_weights))
+                                 return_weights=bool(return_attention_weights), bias=op_bias)
         out, alpha = result if return_attention_weights else (result, None)
-        out = _combine_heads(out, self.concat, res, self.bias)
+        out = _combine_heads(out, self.concat, res, self.bias if op_bias is None else None)
         if return_attention_weights:
             return out, (_returned_edge_index(edge_index, graph, self.add_self_loops), alpha)
         return out
