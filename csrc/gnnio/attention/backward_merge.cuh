@@ -48,21 +48,26 @@ __device__ inline void load_row(const void* src_v, int64_t offset, const Group<L
   load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(src_v) + offset, int64_t(g.sub) * CPL, C, vec, v);
 }
 
+// split.item_offsets must be set (fill_item_offsets) for both merge kernels.
+//
 // One block per (heavy row, head) adds the row's work items: lane group q sums items q, q + G,
 // ..., then group 0 adds the G sums in group order (a fixed tree: the same bits every run). It
 // writes the row's three outputs: a scalar (scalar_t) and two C-vectors (the first as scalar_t,
 // the second as scalar_t or, with second_is_acc, as float: GATv2's d att partial, at row
 // acc_row_base + heavy index when acc_row_base >= 0 (per-block d att), else at the row's own).
+// __launch_bounds__(kThreads), every launch's block size: with it ptxas keeps each layout at <=
+// 128 registers (2 blocks per SM at CPL 8); without, reading the item table tipped the fp32
+// CPL-8 merge from 128 to 130 registers, 1 block per SM.
 template <typename scalar_t, int L, int CPL>
-__global__ void merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C, bool vec,
-                             void* scalar_out, void* first_out, void* second_out, bool second_is_acc,
-                             int64_t acc_row_base) {
+__global__ void __launch_bounds__(kThreads)
+    merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C, bool vec, void* scalar_out,
+                 void* first_out, void* second_out, bool second_is_acc, int64_t acc_row_base) {
   extern __shared__ float shared[];  // [G][1 + 2C]
   constexpr int G = kThreads / L;
   const Group<L> g;
   const int q = threadIdx.x / L;
   const int64_t hi = blockIdx.x / H, h = blockIdx.x % H;
-  const int64_t first = first_item(split, hi), last = first_item(split, hi + 1);
+  const int64_t first = split.item_offsets[hi], last = split.item_offsets[hi + 1];
   float sc = 0.0f, a[CPL] = {}, b2[CPL] = {};
   for (int64_t it0 = first + q; it0 < last; it0 += kMergeBatch * G) {
     float sb[kMergeBatch], ab[kMergeBatch][CPL], bb[kMergeBatch][CPL];
@@ -133,7 +138,7 @@ __global__ void merge_online_kernel(RowSplit split, Partials part, int64_t H, in
   const Group<L> g;
   const int q = threadIdx.x / L;
   const int64_t hi = blockIdx.x / H, h = blockIdx.x % H;
-  const int64_t first = first_item(split, hi), last = first_item(split, hi + 1);
+  const int64_t first = split.item_offsets[hi], last = split.item_offsets[hi + 1];
   const float shift0 = part.base[(first * H + h) * part.stride + S::kShift];
   float rel = 0.0f, wsum = 0.0f;  // sum of p (r g - shift0), sum of p
   for (int64_t it0 = first + q; it0 < last; it0 += kMergeBatch * G) {

@@ -542,13 +542,38 @@ bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bo
   return !(knob && knob[0] == '0');
 }
 
-size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b) {
+namespace {
+// Byte offsets in the workspace: pass A's partials from 0, pass B's after them, then GAT's
+// slot_grad (when it is not grad_edge_score), all floats; then the item_offsets tables of
+// split (csr_by_dst) and split_t (csr_by_src), each at a 256-byte boundary when the split has
+// heavy rows (reserved whether or not this call's merges read them: a few KB).
+struct BackwardLayout {
+  size_t offsets = 0;    // split's table
+  size_t offsets_t = 0;  // split_t's table
+  size_t bytes = 0;      // the whole workspace
+};
+
+BackwardLayout backward_layout(const AttentionBackwardParams& b) {
   const int64_t H = b.fwd.heads;
   int64_t floats = b.fwd.split.num_items * H * pass_a_stride(b) +
                    b.split_t.num_items * H * (1 + 2 * b.fwd.channels);
   if (b.gat_slot_grads && !slot_grad_is_edge_grad(b))
     floats += b.fwd.nnz * b.fwd.heads;
-  return static_cast<size_t>(floats) * sizeof(float);
+  BackwardLayout layout;
+  layout.bytes = static_cast<size_t>(floats) * sizeof(float);
+  auto add_table = [&](const RowSplit& split, size_t& at) {
+    if (item_offsets_bytes(split) == 0) return;
+    at = workspace_align(layout.bytes);
+    layout.bytes = at + item_offsets_bytes(split);
+  };
+  add_table(b.fwd.split, layout.offsets);
+  add_table(b.split_t, layout.offsets_t);
+  return layout;
+}
+}  // namespace
+
+size_t attention_backward_cuda_workspace_bytes(const AttentionBackwardParams& b) {
+  return backward_layout(b).bytes;
 }
 
 void attention_delta_cuda(const AttentionBackwardParams& b, void* stream) {
@@ -599,6 +624,13 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
               "graph_attention backward: gat_slot_grads set for a call that cannot use it");
   const bool by_slots = b.gat_slot_grads;
   const bool need_b = b.grad_src_score || b.grad_key || b.grad_value || by_slots;
+  // The merges' item tables, filled only for the splits whose merge runs below.
+  const BackwardLayout layout = backward_layout(b);
+  RowSplit split = p.split, split_t = b.split_t;
+  if ((need_a || by_slots) && p.num_dst > 0)
+    fill_item_offsets(split, static_cast<char*>(workspace) + layout.offsets, s);
+  if (need_b && p.num_src > 0)
+    fill_item_offsets(split_t, static_cast<char*>(workspace) + layout.offsets_t, s);
   dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
@@ -646,12 +678,12 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           const unsigned heavy_blocks = static_cast<unsigned>(p.split.num_heavy * H);
           if (p.split.num_heavy > 0 && online)
             merge_online_kernel<scalar_t, L, CPL><<<heavy_blocks, kThreads, smem_online, s>>>(
-                p.split, part_a, H, p.channels, q.fwd.vector_io, b.grad_query,
+                split, part_a, H, p.channels, q.fwd.vector_io, b.grad_query,
                 static_cast<float*>(b.grad_att_partial), b.att_blocks > 0 ? b.att_blocks : -1,
                 static_cast<float*>(b.delta));
           else if (p.split.num_heavy > 0)
             merge_kernel<scalar_t, L, CPL><<<heavy_blocks, kThreads, smem, s>>>(
-                p.split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, b.grad_query, b.grad_att_partial, true,
+                split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, b.grad_query, b.grad_att_partial, true,
                 b.att_blocks > 0 ? b.att_blocks : -1);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
@@ -662,14 +694,14 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           });
           if (b.split_t.num_heavy > 0)
             merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(b.split_t.num_heavy * H), kThreads, smem, s>>>(
-                b.split_t, part_b, H, p.channels, q.fwd.vector_io, b.grad_src_score, b.grad_value, b.grad_key, false, -1);
+                split_t, part_b, H, p.channels, q.fwd.vector_io, b.grad_src_score, b.grad_value, b.grad_key, false, -1);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
         if (by_slots && p.num_dst > 0) {
           slot_sum_kernel<scalar_t, index_t><<<blocks_for((p.num_dst + p.split.num_items) * H), kThreads, 0, s>>>(q, part_a);
           if (p.split.num_heavy > 0)  // the same merge as pass A's, with only the scalar output
             merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kThreads, smem, s>>>(
-                p.split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, nullptr, nullptr, true, -1);
+                split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, nullptr, nullptr, true, -1);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
       });

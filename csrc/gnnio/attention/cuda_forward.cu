@@ -138,16 +138,20 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) forward_kernel(Att
 // One block per (heavy row, head). Its lane groups merge interleaved subsets of the row's work
 // items (group q takes items q, q + G, ...), then group 0 merges the G results in group order:
 // a fixed tree, so the result does not depend on scheduling, and a 2M-slot row's thousands of
-// items are merged in parallel rather than by one walk.
+// items are merged in parallel rather than by one walk. The row's items are read from
+// p.split.item_offsets (fill_item_offsets). __launch_bounds__(kThreads), every launch's block
+// size: with it the CPL-4 layouts stay at <= 64 registers (4 blocks per SM; the item table's
+// loads had taken L = 32 to 69 without it) and the CPL-8 ones take 78 (3 blocks; 89 and 2
+// blocks with the search).
 template <typename scalar_t, int L, int CPL>
-__global__ void merge_kernel(AttentionParams p, Partial part) {
+__global__ void __launch_bounds__(kThreads) merge_kernel(AttentionParams p, Partial part) {
   extern __shared__ float shared[];  // [G] m, [G] s, [G][C] acc
   constexpr int G = kThreads / L;
   const Group<L> g;
   const int q = threadIdx.x / L;
   const int64_t hi = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
   const int64_t H = p.heads, C = p.channels;
-  const int64_t first = first_item(p.split, hi), last = first_item(p.split, hi + 1);
+  const int64_t first = p.split.item_offsets[hi], last = p.split.item_offsets[hi + 1];
   float M = -INFINITY, S = 0.0f, acc[CPL] = {};
   for (int64_t it0 = first + q; it0 < last; it0 += kMergeBatch * G) {
     float mb[kMergeBatch], sb[kMergeBatch], ab[kMergeBatch][CPL];
@@ -245,6 +249,14 @@ __global__ void normalize_weights_kernel(AttentionParams p) {
   }
 }
 
+// Workspace: the items' partial states (Partial) from byte 0, then, with heavy rows, the split's
+// item_offsets table at the next 256-byte boundary.
+size_t partial_bytes(const AttentionParams& p) {
+  return static_cast<size_t>(p.split.num_items * p.heads * (2 + p.channels)) * sizeof(float);
+}
+
+size_t item_offsets_at(const AttentionParams& p) { return workspace_align(partial_bytes(p)); }
+
 Partial partial_of(const AttentionParams& p, void* workspace) {
   auto* base = static_cast<float*>(workspace);
   const int64_t n = p.split.num_items * p.heads;
@@ -254,7 +266,8 @@ Partial partial_of(const AttentionParams& p, void* workspace) {
 }  // namespace
 
 size_t attention_forward_cuda_workspace_bytes(const AttentionParams& p) {
-  return static_cast<size_t>(p.split.num_items * p.heads * (2 + p.channels)) * sizeof(float);
+  const size_t table = item_offsets_bytes(p.split);
+  return table > 0 ? item_offsets_at(p) + table : partial_bytes(p);
 }
 
 void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream) {
@@ -266,6 +279,8 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
   if (p.num_dst == 0 || p.heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   const Partial part = partial_of(p, workspace);
+  RowSplit split = p.split;
+  fill_item_offsets(split, static_cast<char*>(workspace) + item_offsets_at(p), s);
   dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
@@ -273,6 +288,7 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
       dispatch_layout<scalar_t>(p.channels, [&](auto l, auto cpl) {
         constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
         AttentionParams q = p;
+        q.split = split;
         q.vector_io = rows_aligned(p, CPL, {});
         set_dropout_test(q);
         const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
