@@ -9,8 +9,23 @@ device_build() {
   [ "${BUILD:-1}" = 1 ] || return 0
   # Kernel objects built on the CPU machine (scripts/cuda_objects.py) and carried: setup.py links
   # them if their MANIFEST matches this tree, and refuses them otherwise.
+  # A refused folder (another nvcc build or torch on this machine) is not fatal: the kernels are
+  # then compiled here, and the manifest lines that differ are printed for the next session.
   if [ -z "${GNNIO_CUDA_OBJECTS:-}" ] && [ -f .cuda_objects/MANIFEST ]; then
-    export GNNIO_CUDA_OBJECTS=.cuda_objects
+    if python3 - <<'PY'
+import sys
+sys.path.insert(0, "scripts")
+import cuda_objects as c
+here = c.manifest(c.nvcc_flags()).splitlines()
+carried = open(".cuda_objects/MANIFEST").read().splitlines()
+diff = [("here", x) for x in here if x not in carried] + [("carried", x) for x in carried if x not in here]
+for side, line in diff[:6]:
+    print(f"objects refused, {side}: {line[:200]}")
+sys.exit(1 if diff else 0)
+PY
+    then
+      export GNNIO_CUDA_OBJECTS=.cuda_objects
+    fi
   fi
   OUT="$OUT/build" bash scripts/device_run.sh build > "$OUT/build-stage.log" 2>&1 \
     || { tail -30 "$OUT/build-stage.log"; exit 1; }
