@@ -20,7 +20,7 @@ here = c.manifest(c.nvcc_flags()).splitlines()
 carried = open(".cuda_objects/MANIFEST").read().splitlines()
 diff = [("here", x) for x in here if x not in carried] + [("carried", x) for x in carried if x not in here]
 for side, line in diff[:6]:
-    print(f"objects refused, {side}: {line[:200]}")
+    print(f"objects refused, {side}: {line}")  # whole: the flags line differed past 200 characters
 sys.exit(1 if diff else 0)
 PY
     then
