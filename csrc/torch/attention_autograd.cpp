@@ -3,9 +3,10 @@
 // graph_attention_backward recomputes the weights from them. On CUDA the backward reads out only
 // for D_i = dout_i . out_i: it forms D first (graph_attention_delta) and, unless the graph is
 // kept for another backward, lets go of out before the gradients are allocated (one N x H x C
-// buffer less at the backward's peak). GATv2 on CUDA keeps no out at all (unless
-// GNNIO_GATV2_DELTA_IN_PASS_A=0 or a per-slot gradient is needed): the backward's pass A forms
-// D_i while it walks each row (attention_backward_cuda_delta_in_pass_a).
+// buffer less at the backward's peak). GATv2 and the dot kind (TransformerConv) on CUDA keep no
+// out at all (unless GNNIO_GATV2_DELTA_IN_PASS_A=0 / GNNIO_DOT_DELTA_IN_PASS_A=0 or a per-slot
+// gradient is needed): the backward's pass A forms D_i while it walks each row
+// (attention_backward_cuda_delta_in_pass_a).
 #include <cstdlib>
 
 #include <ATen/SavedTensorHooks.h>
@@ -72,7 +73,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     bool any = false;
     for (int64_t n : needs) any |= n != 0;
     // grad_enabled: the caller's grad mode (inside forward it is always off).
-    // CUDA GATv2 (policy: attention_backward_cuda_delta_in_pass_a): the backward's pass A forms
+    // CUDA GATv2 and dot (policy: attention_backward_cuda_delta_in_pass_a): the backward's pass A forms
     // D_i itself, so neither out nor out_acc is kept.
     bool delta_in_pass_a = false;
 #ifdef GNNIO_WITH_CUDA

@@ -162,7 +162,7 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
                       "value's gradient), got ", needs[i], " at ", i);
   // out is the forward's out, its float32 out_acc (bf16/fp16 values), or (CUDA) D_i itself,
   // [num_dst, H] float32 from graph_attention_delta: the autograd then frees out early; or
-  // (CUDA GATv2, attention_backward_cuda_delta_in_pass_a) a 1-d empty tensor: no out at all,
+  // (CUDA GATv2 and dot, attention_backward_cuda_delta_in_pass_a) a 1-d empty tensor: no out at all,
   // pass A forms D_i.
   const bool out_is_delta = out.dim() == 2;
   const bool no_out = out.dim() == 1 && out.numel() == 0;
@@ -172,12 +172,13 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
                         (no_out || (out_is_delta ? out.sizes() == at::IntArrayRef({b.fwd.num_dst, b.fwd.heads})
                                                  : out.sizes() == at::IntArrayRef(out_shape))),
                     "graph_attention backward: grad_out and out must be contiguous [num_dst, H, C] "
-                    "(out may be D_i [num_dst, H] on CUDA, or empty for GATv2 on CUDA)");
+                    "(out may be D_i [num_dst, H] on CUDA, or empty for GATv2 and dot on CUDA)");
   TORCH_CHECK_VALUE(!out_is_delta || (v.is_cuda() && out.scalar_type() == at::kFloat),
                     "graph_attention backward: D_i in place of out is float32 and CUDA only");
-  TORCH_CHECK_VALUE(!no_out || (v.is_cuda() && in.kind == static_cast<int64_t>(ScoreKind::kGatV2)),
+  TORCH_CHECK_VALUE(!no_out || (v.is_cuda() && (in.kind == static_cast<int64_t>(ScoreKind::kGatV2) ||
+                                                in.kind == static_cast<int64_t>(ScoreKind::kDot))),
                     "graph_attention backward: an empty out (D_i formed by pass A) is for GATv2 "
-                    "on CUDA only");
+                    "and dot on CUDA only");
   TORCH_CHECK_TYPE(grad_out.scalar_type() == v.scalar_type(),
                    "graph_attention backward: grad_out must have value's dtype ", v.scalar_type(),
                    ", got ", grad_out.scalar_type());

@@ -33,18 +33,25 @@ NODE_PARALLEL = 2**62
 _REDUCE_FORCED = ReducePlan(NODE_PARALLEL, EDGE_CHUNK, None, None, "node-parallel: forced")
 
 
-def split_rows(rowptr: torch.Tensor, threshold: int, chunk: int = EDGE_CHUNK):
+def split_rows(rowptr: torch.Tensor, threshold: int, chunk: int = EDGE_CHUNK,
+               max_items: Optional[int] = None):
     """Rows of a CSR with more than ``threshold`` slots and their work items
-    (heavy index, first slot, end slot) of at most ``chunk`` slots, in row then slot order."""
+    (heavy index, first slot, end slot) of at most ``chunk`` slots, in row then slot order.
+    With ``max_items``, a row of more than chunk x max_items slots is cut into max_items items
+    of ceil(degree / max_items) slots instead (the last one shorter)."""
     deg = (rowptr[1:] - rowptr[:-1]).long()
     heavy = (deg > threshold).nonzero().view(-1)
     begin = rowptr[heavy].long()
-    chunks = (deg[heavy] + chunk - 1) // chunk
+    heavy_deg = deg[heavy]
+    row_chunk = torch.full_like(heavy_deg, chunk)
+    if max_items is not None:
+        row_chunk = torch.maximum(row_chunk, (heavy_deg + max_items - 1) // max_items)
+    chunks = (heavy_deg + row_chunk - 1) // row_chunk
     owner = torch.repeat_interleave(torch.arange(heavy.numel(), device=deg.device), chunks)
     first_chunk = torch.cumsum(chunks, 0) - chunks
     index = torch.arange(owner.numel(), device=deg.device) - first_chunk[owner]
-    start = begin[owner] + index * chunk
-    end = torch.minimum(start + chunk, begin[owner] + deg[heavy][owner])
+    start = begin[owner] + index * row_chunk[owner]
+    end = torch.minimum(start + row_chunk[owner], begin[owner] + heavy_deg[owner])
     return heavy.contiguous(), torch.stack([owner, start, end], 1).contiguous()
 
 
@@ -55,10 +62,12 @@ class _Split(NamedTuple):
     items: Optional[torch.Tensor]
 
 
-def _heavy_split(graph, side: str, min_heavy: int, over_mean: float, chunk: int) -> _Split:
+def _heavy_split(graph, side: str, min_heavy: int, over_mean: float, chunk: int,
+                 max_items: Optional[int] = None) -> _Split:
     """The light/heavy split of csr_by_dst (``side='dst'``) or of the transpose (``'src'``):
     rows above max(min_heavy, over_mean x that side's mean degree), cut into ``chunk``-slot work
-    items. Cached on the Graph per (side, threshold, chunk), whichever family asks."""
+    items (at most ``max_items`` per row, split_rows). Cached on the Graph per (side, threshold,
+    chunk, max_items), whichever family asks."""
     if side == "dst":
         stats = graph.stats()
         mean, max_degree = stats["mean_in_degree"], stats["max_in_degree"]
@@ -68,8 +77,8 @@ def _heavy_split(graph, side: str, min_heavy: int, over_mean: float, chunk: int)
     if max_degree <= threshold:
         return _Split(threshold, max_degree, None, None)
     csr = (lambda: graph.csr_by_dst) if side == "dst" else (lambda: graph.csr_by_src)
-    heavy, items = graph._cached(("split", side, threshold, chunk),
-                                 lambda: split_rows(csr().rowptr, threshold, chunk))
+    heavy, items = graph._cached(("split", side, threshold, chunk, max_items),
+                                 lambda: split_rows(csr().rowptr, threshold, chunk, max_items))
     return _Split(threshold, max_degree, heavy, items)
 
 
@@ -194,6 +203,12 @@ ATTENTION_CHUNK = 128
 # both studies (its forward either way), pubmed's ran 1.02-1.17x faster split at da5855b and up
 # to 1.14x slower split at e86a9a0; they stay split (bench/NOTES.md, "Planner study").
 ATTENTION_MIN_HEAVY = ATTENTION_CHUNK + 32
+# A heavy row's items are merged by one block per (row, head) of 16 lane groups, each walking
+# its share of the items in batches of 4 loads; the 2M-slot hub of powerlaw-1M-16M in 128-slot
+# chunks is 15.6K items per head, ~250 dependent rounds a group, the merges' long pole. Rows
+# above 2048 x 128 slots get 2048 longer chunks instead: the hub's ~1K-slot items are the first
+# tasks of their launch (items start first) and end well inside it (bench/NOTES.md, v12).
+ATTENTION_MAX_ITEMS = 2048
 ATTENTION_OVER_MEAN = 8
 _ATTENTION_FORCED = AttentionPlan(NODE_PARALLEL, None, None, "node-parallel: forced")
 
@@ -217,17 +232,19 @@ def _plan_attention_split(graph, backward: bool) -> AttentionPlan:
     parts = []
     heavy_src = heavy_src_items = None
     light_max, light_max_out = NODE_PARALLEL, NODE_PARALLEL
-    fwd = _heavy_split(graph, "dst", ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN, ATTENTION_CHUNK)
+    fwd = _heavy_split(graph, "dst", ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN, ATTENTION_CHUNK,
+                       ATTENTION_MAX_ITEMS)
     heavy_rows, heavy_items = fwd.heavy, fwd.items
     if heavy_rows is not None:
         light_max = fwd.threshold
         parts.append(f"super nodes: {heavy_rows.numel()} destinations above {fwd.threshold} "
                      f"edges (max {fwd.max_degree}) split into {heavy_items.size(0)} chunks "
-                     f"of {ATTENTION_CHUNK}")
+                     f"of {ATTENTION_CHUNK} (at most {ATTENTION_MAX_ITEMS} per row)")
     else:
         parts.append(f"no super nodes: max in-degree {fwd.max_degree} <= {fwd.threshold}")
     if backward:
-        bwd = _heavy_split(graph, "src", ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN, ATTENTION_CHUNK)
+        bwd = _heavy_split(graph, "src", ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN, ATTENTION_CHUNK,
+                           ATTENTION_MAX_ITEMS)
         if bwd.heavy is not None:
             heavy_src, heavy_src_items, light_max_out = bwd.heavy, bwd.items, bwd.threshold
             parts.append(f"backward: {heavy_src.numel()} sources above {bwd.threshold} "

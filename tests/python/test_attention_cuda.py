@@ -446,8 +446,10 @@ def test_cuda_backward_lets_go_of_out(monkeypatch, kind):
     """Once D_i is formed the backward drops its reference to out (unless the graph is kept):
     the gradients then reuse out's memory, so the backward's peak is lower by about out's size
     than with retain_graph=True, and the gradients are the same bits. (GATv2 with out kept,
-    GNNIO_GATV2_DELTA_IN_PASS_A=0; by default it keeps none, test_cuda_gatv2_forward_keeps_no_out.)"""
+    and dot with out kept, GNNIO_*_DELTA_IN_PASS_A=0; by default they keep none,
+    test_cuda_forward_keeps_no_out.)"""
     monkeypatch.setenv("GNNIO_GATV2_DELTA_IN_PASS_A", "0")
+    monkeypatch.setenv("GNNIO_DOT_DELTA_IN_PASS_A", "0")
     ei, n = random_graph(20_000, 200_000, generator=torch.Generator().manual_seed(6))
     g = gnnio.Graph(ei.cuda(), num_nodes=n)
     gen = torch.Generator().manual_seed(7)
@@ -474,16 +476,20 @@ def test_cuda_backward_lets_go_of_out(monkeypatch, kind):
     assert dropped <= kept - 0.9 * out_bytes, (dropped, kept, out_bytes)
 
 
+DELTA_KNOB = {"gatv2": "GNNIO_GATV2_DELTA_IN_PASS_A", "dot": "GNNIO_DOT_DELTA_IN_PASS_A"}
+
+
 @pytest.mark.parametrize("in_pass_a", ["0", "1", None])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 @pytest.mark.parametrize("graph_name", ["random", "hub_in", "hub_out", "bipartite"])
-def test_cuda_gatv2_delta_in_pass_a(monkeypatch, graph_name, dropout, dtype, in_pass_a):
-    """GATv2's D_i formed by pass A on its walk over each row (the default, None, or
-    GNNIO_GATV2_DELTA_IN_PASS_A=1: sums relative to a shift, corrected once D_i is known; a super
-    node's items corrected in merge_online_kernel) or by delta_kernel from the kept out (=0),
-    with an edge key that needs no gradient (with one, pass A needs D_i at each slot and keeps
-    the other path), dropout, fp32 and bf16. Against float64 on the CPU from the same rounded
+@pytest.mark.parametrize("kind", ["gatv2", "dot"])
+def test_cuda_delta_in_pass_a(monkeypatch, kind, graph_name, dropout, dtype, in_pass_a):
+    """GATv2's and the dot kind's D_i formed by pass A on its walk over each row (the default,
+    None, or GNNIO_{GATV2,DOT}_DELTA_IN_PASS_A=1: sums relative to a shift, corrected once D_i is
+    known; a super node's items corrected in merge_online_kernel) or by delta_kernel from the
+    kept out (=0), with edge terms that need no gradient (with one, pass A needs D_i at each
+    slot and keeps the other path), dropout, fp32 and bf16. Against float64 on the CPU from the same rounded
     operands: fp32 accumulation over up to L terms, sqrt(L) eps32 (4x margin), plus one
     rounding to the output dtype, of the scale of each gradient. Pass A's sums relative to the
     shift s: s is the plain mean r g of the row's first step, then after every step the
@@ -494,24 +500,26 @@ def test_cuda_gatv2_delta_in_pass_a(monkeypatch, graph_name, dropout, dtype, in_
     0.39-1.96x the other path's largest errors, NOTES v10; a shift fixed at the first slot's
     r g, until v10, reached 1.15x the 1x bound on the bipartite graph.)"""
     if in_pass_a is None:
-        monkeypatch.delenv("GNNIO_GATV2_DELTA_IN_PASS_A", raising=False)
+        monkeypatch.delenv(DELTA_KNOB[kind], raising=False)
     else:
-        monkeypatch.setenv("GNNIO_GATV2_DELTA_IN_PASS_A", in_pass_a)
+        monkeypatch.setenv(DELTA_KNOB[kind], in_pass_a)
     ei, (ns, nd) = GRAPHS[graph_name]
     gen = torch.Generator().manual_seed(torch.seed())
-    value, ops = operands("gatv2", ns, nd, ei.size(1), True, dtype, gen)
+    value, ops = operands(kind, ns, nd, ei.size(1), True, dtype, gen)
     dout = torch.randn(nd, H, C, generator=gen).to(dtype)
     g = gnnio.Graph(ei.cuda(), size=(ns, nd))
-    names = ["value", "query", "key", "att"]
+    names = ["value", "query", "key"] + (["att"] if kind == "gatv2" else [])
+    edge_ops = {k: t for k, t in ops.items() if k.startswith("edge_")}  # no gradient
     leaves = [value.cuda().requires_grad_()] + [ops[k].cuda().requires_grad_() for k in names[1:]]
-    edge_key = ops["edge_key"].cuda()  # no gradient
-    out = gnnio.ops.graph_attention(g, "gatv2", leaves[0], edge_key=edge_key, dropout=dropout,
-                                    seed=5, **dict(zip(names[1:], leaves[1:])))
+    out = gnnio.ops.graph_attention(g, kind, leaves[0], dropout=dropout, seed=5,
+                                    **{k: t.cuda() for k, t in edge_ops.items()},
+                                    **dict(zip(names[1:], leaves[1:])))
     grads = torch.autograd.grad(out, leaves, dout.cuda())
     ge = gnnio.Graph(ei, size=(ns, nd))
     ref = [value.double().requires_grad_()] + [ops[k].double().requires_grad_() for k in names[1:]]
-    out_e = gnnio.ops.graph_attention(ge, "gatv2", ref[0], edge_key=ops["edge_key"].double(),
-                                      dropout=dropout, seed=5, **dict(zip(names[1:], ref[1:])))
+    out_e = gnnio.ops.graph_attention(ge, kind, ref[0], dropout=dropout, seed=5,
+                                      **{k: t.double() for k, t in edge_ops.items()},
+                                      **dict(zip(names[1:], ref[1:])))
     want = torch.autograd.grad(out_e, ref, dout.double())
     degrees = [torch.bincount(ei[r], minlength=1).max().item() for r in (0, 1)]
     out_eps = torch.finfo(dtype).eps
@@ -523,26 +531,28 @@ def test_cuda_gatv2_delta_in_pass_a(monkeypatch, graph_name, dropout, dtype, in_
         assert err <= rel * scale, f"d {name}: error {err:.3g} > {rel:.2g} x scale {scale:.3g}"
 
 
-def test_cuda_gatv2_forward_keeps_no_out(monkeypatch):
-    """By default (or GNNIO_GATV2_DELTA_IN_PASS_A=1) GATv2's forward keeps no reference to out
-    (pass A forms D_i): dropping the caller's out frees it, an in-place change of it does not
-    matter, and retain_graph gives a second backward with the same bits. With =0 the autograd
-    node keeps it (until its backward)."""
+@pytest.mark.parametrize("kind", ["gatv2", "dot"])
+def test_cuda_forward_keeps_no_out(monkeypatch, kind):
+    """By default (or GNNIO_{GATV2,DOT}_DELTA_IN_PASS_A=1) GATv2's and the dot kind's forward
+    keeps no reference to out (pass A forms D_i): dropping the caller's out frees it, an
+    in-place change of it does not matter, and retain_graph gives a second backward with the
+    same bits. With =0 the autograd node keeps it (until its backward)."""
+    knob_name = DELTA_KNOB[kind]
     ei, n = random_graph(20_000, 200_000, generator=torch.Generator().manual_seed(6))
     g = gnnio.Graph(ei.cuda(), num_nodes=n)
-    value, ops = operands("gatv2", n, n, ei.size(1), False, torch.float32, torch.Generator().manual_seed(7))
+    value, ops = operands(kind, n, n, ei.size(1), False, torch.float32, torch.Generator().manual_seed(7))
     leaves = [value.cuda().requires_grad_()] + [t.cuda().requires_grad_() for t in ops.values()]
     gout = torch.randn(n, H, C, device="cuda")
     out_bytes = n * H * C * 4
 
     def forward():
-        return gnnio.ops.graph_attention(g, "gatv2", leaves[0], **dict(zip(ops, leaves[1:])))
+        return gnnio.ops.graph_attention(g, kind, leaves[0], **dict(zip(ops, leaves[1:])))
 
     for knob, kept in ((None, False), ("1", False), ("0", True)):
         if knob is None:
-            monkeypatch.delenv("GNNIO_GATV2_DELTA_IN_PASS_A", raising=False)
+            monkeypatch.delenv(knob_name, raising=False)
         else:
-            monkeypatch.setenv("GNNIO_GATV2_DELTA_IN_PASS_A", knob)
+            monkeypatch.setenv(knob_name, knob)
         out = forward()
         y = out + 0.0
         torch.cuda.synchronize()
@@ -551,7 +561,7 @@ def test_cuda_gatv2_forward_keeps_no_out(monkeypatch):
         freed = before - torch.cuda.memory_allocated()
         assert freed == 0 if kept else freed >= out_bytes, (knob, freed, out_bytes)
         del y
-    monkeypatch.delenv("GNNIO_GATV2_DELTA_IN_PASS_A")
+    monkeypatch.delenv(knob_name)
     out = forward()
     first = torch.autograd.grad(out, leaves, gout, retain_graph=True)
     with torch.no_grad():

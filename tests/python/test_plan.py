@@ -182,6 +182,46 @@ def test_reduce_and_attention_report_the_split():
     assert "in-degree" in flat.plan("attention").reason
 
 
+@pytest.mark.parametrize("max_items", [None, 1, 3, 8])
+def test_split_rows_covers_each_heavy_row_in_order(max_items):
+    """Items tile each heavy row's slots contiguously in slot order; with max_items a row has at
+    most that many items (longer ones, ceil(degree / max_items) slots) and rows of at most
+    chunk x max_items slots keep chunk-slot items."""
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    deg = torch.randint(0, 12, (200,), generator=gen)
+    deg[torch.randint(0, 200, (6,), generator=gen)] = torch.tensor([5, 33, 64, 65, 300, 10_007])
+    rowptr = torch.cat([torch.zeros(1, dtype=torch.long), deg.cumsum(0)])
+    threshold, chunk = 6, 4
+    heavy, items = planner.split_rows(rowptr, threshold, chunk, max_items)
+    assert heavy.tolist() == (deg > threshold).nonzero().view(-1).tolist()
+    for h, row in enumerate(heavy.tolist()):
+        mine = items[items[:, 0] == h]
+        d = int(deg[row])
+        row_chunk = chunk if max_items is None else max(chunk, -(-d // max_items))
+        assert mine[0, 1] == rowptr[row] and mine[-1, 2] == rowptr[row + 1]
+        assert torch.equal(mine[1:, 1], mine[:-1, 2])  # contiguous, in slot order
+        lengths = mine[:, 2] - mine[:, 1]
+        assert bool((lengths > 0).all()) and bool((lengths <= row_chunk).all())
+        assert mine.size(0) == -(-d // row_chunk)
+        if max_items is not None:
+            assert mine.size(0) <= max_items
+            if d <= chunk * max_items:
+                assert row_chunk == chunk
+    assert torch.equal(items[:, 0], items[:, 0].sort().values)  # row then slot order
+
+
+def test_attention_caps_a_hubs_items():
+    """A hub of more than ATTENTION_CHUNK x ATTENTION_MAX_ITEMS in-edges gets ATTENTION_MAX_ITEMS
+    longer items; the merge kernels' block size relies on it (score.cuh, kMergeThreads)."""
+    n = planner.ATTENTION_CHUNK * planner.ATTENTION_MAX_ITEMS + 1000
+    src = torch.arange(1, n + 1)
+    ei = torch.stack([src, torch.zeros_like(src)])
+    a = gnnio.Graph(ei, num_nodes=n + 1).plan("GATv2Conv", features=64)
+    row_chunk = -(-n // planner.ATTENTION_MAX_ITEMS)  # 129 slots
+    assert a.heavy_rows == 1 and a.heavy_items == -(-n // row_chunk) <= planner.ATTENTION_MAX_ITEMS
+    assert f"at most {planner.ATTENTION_MAX_ITEMS} per row" in a.reason
+
+
 def test_reason_names_the_deciding_statistic(blockdiag_graph, powerlaw_graph, tf32):
     for g in (blockdiag_graph, powerlaw_graph):
         p = g.plan("spmm", dtype=torch.bfloat16)

@@ -55,15 +55,16 @@ __device__ inline void load_row(const void* src_v, int64_t offset, const Group<L
 // writes the row's three outputs: a scalar (scalar_t) and two C-vectors (the first as scalar_t,
 // the second as scalar_t or, with second_is_acc, as float: GATv2's d att partial, at row
 // acc_row_base + heavy index when acc_row_base >= 0 (per-block d att), else at the row's own).
-// __launch_bounds__(kThreads), every launch's block size: with it ptxas keeps each layout at <=
-// 128 registers (2 blocks per SM at CPL 8); without, reading the item table tipped the fp32
-// CPL-8 merge from 128 to 130 registers, 1 block per SM.
+// Blocks of kMergeThreads (score.cuh). __launch_bounds__ keeps the fp32 CPL-8 layout at <= 128
+// registers, 4 blocks per SM (reading the item table had tipped it to 130, 1 block of 256, without
+// bounds), and the CPL-4 ones at <= 80, 6 blocks per SM (70-72 registers; L = 32 spilled 40
+// bytes at 72).
 template <typename scalar_t, int L, int CPL>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMergeThreads, CPL >= 8 ? 4 : 6)
     merge_kernel(RowSplit split, Partials part, int64_t H, int64_t C, bool vec, void* scalar_out,
                  void* first_out, void* second_out, bool second_is_acc, int64_t acc_row_base) {
   extern __shared__ float shared[];  // [G][1 + 2C]
-  constexpr int G = kThreads / L;
+  constexpr int G = kMergeThreads / L;
   const Group<L> g;
   const int q = threadIdx.x / L;
   const int64_t hi = blockIdx.x / H, h = blockIdx.x % H;
@@ -127,13 +128,14 @@ __global__ void __launch_bounds__(kThreads)
 // the row, summed relative to the first item's shift (so that the sum is of small terms when the
 // row's r g are alike, as the per-slot r g - D of the other path), then each item's
 // A - (D - shift_t) B, added in the same fixed tree. Writes d query (scalar_t), the d att share
-// (float, at row acc_row_base + heavy index when acc_row_base >= 0) and D_i (float).
+// (float, at row acc_row_base + heavy index when acc_row_base >= 0) and D_i (float). Blocks of
+// kMergeThreads; the fp32 CPL-4 layouts take 108-116 registers (4 blocks per SM; 2 of 256).
 template <typename scalar_t, int L, int CPL>
-__global__ void merge_online_kernel(RowSplit split, Partials part, int64_t H, int64_t C, bool vec,
-                                    void* grad_query, float* att_partial, int64_t acc_row_base,
-                                    float* delta) {
+__global__ void __launch_bounds__(kMergeThreads, CPL >= 8 ? 2 : 4)
+    merge_online_kernel(RowSplit split, Partials part, int64_t H, int64_t C, bool vec,
+                        void* grad_query, float* att_partial, int64_t acc_row_base, float* delta) {
   extern __shared__ float shared[];  // [G][2] scalars, then (reused) [G][2C]
-  constexpr int G = kThreads / L;
+  constexpr int G = kMergeThreads / L;
   using S = OnlineSlot;
   const Group<L> g;
   const int q = threadIdx.x / L;

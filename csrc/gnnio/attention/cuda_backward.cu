@@ -126,7 +126,7 @@ __device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& 
   }
 }
 
-// kOnline (GATv2 only): b.delta_in_pass_a. A template parameter, so that the default kernel
+// kOnline (GATv2 and dot): b.delta_in_pass_a. A template parameter, so that the default kernel
 // carries none of that mode's registers. kKeyIsValue: key_is_value(p) (dispatch_kind_kv).
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue, bool kOnline>
 __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(AttentionBackwardParams b, Partials part) {
@@ -150,12 +150,12 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
   float gi[CPL];
   load_row<scalar_t, L, CPL>(b.grad_out, (i * H + h) * C, g, C, p.vector_io, gi);
   const float* st = static_cast<const float*>(p.stats) + (i * H + h) * 2;
-  // online (delta_in_pass_a, GATv2): D_i is not known yet. The row's sums are then kept as
-  // A = sum p (r g - shift) f and B = sum p f for each f (d query's att * lrelu'(z), d att's
-  // lrelu(z)), next to sum p (r g - shift) and sum p, with the shift moved after every step
+  // online (delta_in_pass_a, GATv2 and dot): D_i is not known yet. The row's sums are then kept
+  // as A = sum p (r g - shift) f and B = sum p f for each f (GATv2: d query's att * lrelu'(z),
+  // d att's lrelu(z); dot: d query's scale * key), next to sum p (r g - shift) and sum p, with the shift moved after every step
   // to the running estimate of D_i (sums rebased: A -= moved B); at the end D_i = shift + that,
   // and each result is A - (D_i - shift) B.
-  constexpr bool online = K == ScoreKind::kGatV2 && kOnline;
+  constexpr bool online = (K == ScoreKind::kGatV2 || K == ScoreKind::kDot) && kOnline;
   const float m = st[0], s = st[1];
   const float delta = online ? 0.0f : static_cast<const float*>(b.delta)[i * H + h];
   float g_score = 0.0f, dq[CPL], bq[CPL], batt[CPL];
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
         for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
       }
     }
-    if constexpr (K == ScoreKind::kGatV2 && kOnline) {  // no per-slot outputs here
+    if constexpr (online) {  // no per-slot outputs here
       // r g of the step's slots first: their plain mean is the row's first shift, so that the
       // first step's terms p (r g - shift) are not measured from one outlying slot.
       float rgs[U], first_mean = 0.0f;
@@ -200,11 +200,16 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(Atte
         rel += x;
 #pragma unroll
         for (int t = 0; t < CPL; ++t) {
-          const float f = d.att[t] * (z[t] > 0.0f ? 1.0f : slope), lz = leaky(z[t], slope);
-          dq[t] += x * f;
-          bq[t] += prob * f;
-          datt[t] += x * lz;
-          batt[t] += prob * lz;
+          if constexpr (K == ScoreKind::kGatV2) {
+            const float f = d.att[t] * (z[t] > 0.0f ? 1.0f : slope), lz = leaky(z[t], slope);
+            dq[t] += x * f;
+            bq[t] += prob * f;
+            datt[t] += x * lz;
+            batt[t] += prob * lz;
+          } else {  // dot: z is the slot's key
+            dq[t] += x * (scale * z[t]);
+            bq[t] += prob * (scale * z[t]);
+          }
         }
       }
       if (wsum > 0.0f) {
@@ -535,10 +540,13 @@ bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bo
   // the path from out do (NOTES v10; a shift fixed at the first slot's r g lost up to 3x more,
   // which kept this mode opt-in until then). GNNIO_GATV2_DELTA_IN_PASS_A=0 keeps out and forms
   // D_i from it. Never when a per-slot gradient (d edge_key, d edge_value) is asked for: that
-  // needs D_i at each slot.
-  if (kind != ScoreKind::kGatV2 || !(grad_query || grad_att) || grad_edge_key || grad_edge_value)
+  // needs D_i at each slot. The dot kind (TransformerConv) the same way since v12: its out is
+  // the buffer that kept the layer's extra memory above PyG's / 15 (3.51 against 3.21 GiB on
+  // powerlaw-1M-16M, NOTES v12); GNNIO_DOT_DELTA_IN_PASS_A=0 keeps it.
+  const bool gatv2 = kind == ScoreKind::kGatV2, dot = kind == ScoreKind::kDot;
+  if (!(gatv2 || dot) || !(grad_query || grad_att) || grad_edge_key || grad_edge_value)
     return false;
-  const char* knob = std::getenv("GNNIO_GATV2_DELTA_IN_PASS_A");
+  const char* knob = std::getenv(gatv2 ? "GNNIO_GATV2_DELTA_IN_PASS_A" : "GNNIO_DOT_DELTA_IN_PASS_A");
   return !(knob && knob[0] == '0');
 }
 
@@ -612,11 +620,12 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
   const bool need_a = b.grad_dst_score || b.grad_edge_score || b.grad_query || b.grad_edge_key ||
                       b.grad_att_partial || b.grad_edge_value;
   const bool online = b.delta_in_pass_a;
-  GNNIO_CHECK(!online || (p.kind == ScoreKind::kGatV2 && need_a && !b.delta_ready &&
-                          !b.grad_edge_key && !b.grad_edge_value && b.delta),
+  GNNIO_CHECK(!online || ((p.kind == ScoreKind::kGatV2 || p.kind == ScoreKind::kDot) &&
+                          need_a && !b.delta_ready && !b.grad_edge_key && !b.grad_edge_value &&
+                          b.delta),
               ErrorKind::kInvalidArgument,
-              "graph_attention backward: delta_in_pass_a needs GATv2 with d query or d att, no "
-              "per-slot gradient and a delta buffer");
+              "graph_attention backward: delta_in_pass_a needs GATv2 or dot with d query or d att, "
+              "no per-slot gradient and a delta buffer");
   GNNIO_CHECK(!b.key_grad_into_value || (p.key == p.value && b.grad_value && !b.grad_key),
               ErrorKind::kInvalidArgument,
               "graph_attention backward: key_grad_into_value needs key == value and grad_value only");
@@ -643,8 +652,8 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
         if (by_slots)
           q.slot_grad = slot_grad_is_edge_grad(b) ? static_cast<float*>(b.grad_edge_score)
                                                   : part_b.base + b.split_t.num_items * H * stride;
-        const size_t smem = (kThreads / L) * stride * sizeof(float);
-        const size_t smem_online = (kThreads / L) * (p.channels > 0 ? 2 * p.channels : 2) * sizeof(float);
+        const size_t smem = (kMergeThreads / L) * stride * sizeof(float);
+        const size_t smem_online = (kMergeThreads / L) * (p.channels > 0 ? 2 * p.channels : 2) * sizeof(float);
         q.fwd.vector_io = rows_aligned(p, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
                                                 b.grad_edge_key, b.grad_edge_value});
         if (p.num_dst > 0 && !b.delta_ready && !online) {
@@ -667,7 +676,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
             constexpr ScoreKind KK = decltype(kind)::value;
             constexpr bool KV = decltype(key_is_value)::value;
-            if constexpr (KK == ScoreKind::kGatV2) {
+            if constexpr (KK == ScoreKind::kGatV2 || KK == ScoreKind::kDot) {
               if (online) {
                 launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true>);
                 return;
@@ -677,12 +686,12 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
           });
           const unsigned heavy_blocks = static_cast<unsigned>(p.split.num_heavy * H);
           if (p.split.num_heavy > 0 && online)
-            merge_online_kernel<scalar_t, L, CPL><<<heavy_blocks, kThreads, smem_online, s>>>(
+            merge_online_kernel<scalar_t, L, CPL><<<heavy_blocks, kMergeThreads, smem_online, s>>>(
                 split, part_a, H, p.channels, q.fwd.vector_io, b.grad_query,
                 static_cast<float*>(b.grad_att_partial), b.att_blocks > 0 ? b.att_blocks : -1,
                 static_cast<float*>(b.delta));
           else if (p.split.num_heavy > 0)
-            merge_kernel<scalar_t, L, CPL><<<heavy_blocks, kThreads, smem, s>>>(
+            merge_kernel<scalar_t, L, CPL><<<heavy_blocks, kMergeThreads, smem, s>>>(
                 split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, b.grad_query, b.grad_att_partial, true,
                 b.att_blocks > 0 ? b.att_blocks : -1);
           GNNIO_CUDA_CHECK(cudaGetLastError());
@@ -693,14 +702,14 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
                 <<<blocks_for((p.num_src + b.split_t.num_items) * H * L), kThreads, 0, s>>>(q, part_b);
           });
           if (b.split_t.num_heavy > 0)
-            merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(b.split_t.num_heavy * H), kThreads, smem, s>>>(
+            merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(b.split_t.num_heavy * H), kMergeThreads, smem, s>>>(
                 split_t, part_b, H, p.channels, q.fwd.vector_io, b.grad_src_score, b.grad_value, b.grad_key, false, -1);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
         if (by_slots && p.num_dst > 0) {
           slot_sum_kernel<scalar_t, index_t><<<blocks_for((p.num_dst + p.split.num_items) * H), kThreads, 0, s>>>(q, part_a);
           if (p.split.num_heavy > 0)  // the same merge as pass A's, with only the scalar output
-            merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kThreads, smem, s>>>(
+            merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kMergeThreads, smem, s>>>(
                 split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, nullptr, nullptr, true, -1);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }

@@ -136,17 +136,17 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) forward_kernel(Att
 }
 
 // One block per (heavy row, head). Its lane groups merge interleaved subsets of the row's work
-// items (group q takes items q, q + G, ...), then group 0 merges the G results in group order:
-// a fixed tree, so the result does not depend on scheduling, and a 2M-slot row's thousands of
-// items are merged in parallel rather than by one walk. The row's items are read from
-// p.split.item_offsets (fill_item_offsets). __launch_bounds__(kThreads), every launch's block
-// size: with it the CPL-4 layouts stay at <= 64 registers (4 blocks per SM; the item table's
-// loads had taken L = 32 to 69 without it) and the CPL-8 ones take 78 (3 blocks; 89 and 2
-// blocks with the search).
+// items (group q takes items q, q + G, ...), then group 0 merges the groups' results in group
+// order: a fixed tree, so the result does not depend on scheduling, and a 2M-slot row's thousands
+// of items are merged in parallel rather than by one walk. The row's items are read from
+// p.split.item_offsets (fill_item_offsets). Blocks of kMergeThreads (score.cuh); __launch_bounds__
+// asks for 8 blocks per SM, 64 registers, for the CPL-4 layouts (ptxas gave them 78 with 128
+// threads alone), and 5 for CPL 8 (79 registers, no spills; 6 spilled at L = 1).
+
 template <typename scalar_t, int L, int CPL>
-__global__ void __launch_bounds__(kThreads) merge_kernel(AttentionParams p, Partial part) {
+__global__ void __launch_bounds__(kMergeThreads, CPL >= 8 ? 5 : 8) merge_kernel(AttentionParams p, Partial part) {
   extern __shared__ float shared[];  // [G] m, [G] s, [G][C] acc
-  constexpr int G = kThreads / L;
+  constexpr int G = kMergeThreads / L;
   const Group<L> g;
   const int q = threadIdx.x / L;
   const int64_t hi = blockIdx.x / p.heads, h = blockIdx.x % p.heads;
@@ -191,12 +191,14 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(AttentionParams p, Part
   }
   __syncthreads();
   if (q != 0) return;
+  // Groups past the row's item count have nothing: a row of 5 items leaves 11 of the 16 empty.
+  const int used = last - first < G ? static_cast<int>(last - first) : G;
   M = -INFINITY;
-  for (int w = 0; w < G; ++w) M = fmaxf(M, sm_m[w]);
+  for (int w = 0; w < used; ++w) M = fmaxf(M, sm_m[w]);
   S = 0.0f;
 #pragma unroll
   for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
-  for (int w = 0; w < G; ++w) {
+  for (int w = 0; w < used; ++w) {
     if (sm_m[w] == -INFINITY) continue;  // a group without items
     const float r = expf(sm_m[w] - M);
     S += sm_s[w] * r;
@@ -298,9 +300,9 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
         });
         GNNIO_CUDA_CHECK(cudaGetLastError());
         if (p.split.num_heavy > 0) {
-          const size_t smem = (kThreads / L) * (2 + p.channels) * sizeof(float);
+          const size_t smem = (kMergeThreads / L) * (2 + p.channels) * sizeof(float);
           merge_kernel<scalar_t, L, CPL>
-              <<<static_cast<unsigned>(p.split.num_heavy * p.heads), kThreads, smem, s>>>(q, part);
+              <<<static_cast<unsigned>(p.split.num_heavy * p.heads), kMergeThreads, smem, s>>>(q, part);
           GNNIO_CUDA_CHECK(cudaGetLastError());
         }
       });

@@ -28,6 +28,12 @@ constexpr int kThreads = 256;
 // otherwise a chain of dependent loads (the hub of powerlaw-1M-16M has ~15K items, ~500 per
 // group), which made its merge ~0.5 ms. The items are still combined in the same order.
 constexpr int kMergeBatch = 4;
+// Every merge kernel's block (one per heavy row and head): powerlaw-1M-16M has 5,262 heavy rows
+// of 19 items on average, so a merge launch is ~21K short blocks whose time is their latency
+// (the item table, the partials, then group 0's walk over the groups) times the waves; 128
+// threads rather than 256 double the resident blocks at the same registers and halve the walk.
+// A row's items are capped (plan.py's ATTENTION_MAX_ITEMS) so that 128 / L groups suffice.
+constexpr int kMergeThreads = 128;
 constexpr float kSoftmaxEps = 1e-16f;
 
 template <int L>

@@ -6,7 +6,9 @@
 //
 // The rows are cut into slabs (column_sum_slab_rows); within a slab, row r goes to lane
 // (r - first row) % kColumnSumLanes, each lane sums its rows in order, the lanes are added in
-// lane order, then the slabs in slab order, all in float64. A fixed order on the CPU and the GPU
+// lane order; then slab s's partial goes to finish lane s % kColumnSumFinishLanes, each finish lane
+// sums its slabs in order, and the finish lanes are added by a fixed tree (lane j += lane j + h for
+// h = 16, 8, 4, 2, 1; the sum is lane 0's), all in float64. A fixed order on the CPU and the GPU
 // and for any thread count: the same bits every run and on both. With float64 sums of float32
 // (or 16-bit) terms, the result is within one rounding to the output type of the exact sum plus
 // (rows) 2^-53 sum |x|.
@@ -19,6 +21,7 @@
 namespace gnnio {
 
 inline constexpr int64_t kColumnSumLanes = 8;  // the CUDA block's warps
+inline constexpr int64_t kColumnSumFinishLanes = 32;  // the second pass's lanes per column
 
 struct ColumnSumParams {
   const void* x = nullptr;  // [rows, cols] contiguous, scalar_type

@@ -30,10 +30,13 @@ void column_sum_cpu(const ColumnSumParams& p) {
         for (int64_t c = 0; c < p.cols; ++c) out[c] += lanes[w * p.cols + c];
     }
     auto* out = static_cast<T*>(p.out);
+    constexpr int64_t kFinish = kColumnSumFinishLanes;
     for (int64_t c = 0; c < p.cols; ++c) {
-      double sum = 0.0;
-      for (int64_t s = 0; s < slabs; ++s) sum += partial[s * p.cols + c];
-      out[c] = static_cast<T>(sum);
+      double lane[kFinish] = {};
+      for (int64_t s = 0; s < slabs; ++s) lane[s % kFinish] += partial[s * p.cols + c];
+      for (int64_t half = kFinish / 2; half > 0; half /= 2)
+        for (int64_t j = 0; j < half; ++j) lane[j] += lane[j + half];
+      out[c] = static_cast<T>(lane[0]);
     }
   });
 }
