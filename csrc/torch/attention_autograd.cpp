@@ -28,14 +28,16 @@ using torch::autograd::variable_list;
 
 constexpr int kValueArg = 3;     // schema position of value; the 8 operands follow it
 constexpr int kBiasArg = 28;     // schema position of bias (the output bias)
-constexpr int kNumArgs = 30;     // the schema's 29 and grad_enabled
+constexpr int kNumArgs = 31;     // the schema's 30 and grad_enabled
+constexpr int kKeyNeedIndex = 5;  // needs[]: value, then the 8 operands (key the fifth)
+constexpr int kKeySaved = 7;      // saved: rowptr, col, value, then the 8 operands
 
 using ForwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, int64_t, double, double, double, int64_t, bool,
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
-    int64_t, const OptTensor&, const OptTensor&, int64_t, bool, const OptTensor&);
+    int64_t, const OptTensor&, const OptTensor&, int64_t, bool, const OptTensor&, bool);
 using BackwardSig = std::vector<at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const c10::List<OptTensor>&,
     int64_t, at::ArrayRef<double>, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
@@ -56,7 +58,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
       const OptTensor& heavy_rows, const OptTensor& heavy_items, int64_t light_max_degree,
       const OptTensor& heavy_src, const OptTensor& heavy_src_items, int64_t light_max_out_degree,
-      bool save_out_acc, const OptTensor& bias, bool grad_enabled) {
+      bool save_out_acc, const OptTensor& bias, bool backward_in_place, bool grad_enabled) {
     // Which gradients to compute, from the inputs themselves (needs_input_grad counts only
     // tensor arguments, which would make the indices depend on the schema's scalar positions).
     std::vector<int64_t> needs{value.requires_grad()};
@@ -65,7 +67,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       needs.push_back(t->has_value() && (*t)->requires_grad());
     // key is value (GATv2's x_l): one gradient, written by the kernel into value's slot, and
     // none for key's (autograd sums a tensor's gradients over the argument slots it fills).
-    constexpr int kKeyNeed = 5;
+    constexpr int kKeyNeed = kKeyNeedIndex;
     const char* merge_knob = std::getenv("GNNIO_KEY_MERGE");  // measurement knob: 0 = two gradients
     const bool merge_off = merge_knob && merge_knob[0] == '0';
     if (!merge_off && needs[0] && needs[kKeyNeed] && key.has_value() && key->is_same(value))
@@ -101,7 +103,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
                      edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,
                      need_weights, rowptr_t, col_t, t2c, heavy_rows, heavy_items, light_max_degree,
                      heavy_src, heavy_src_items, light_max_out_degree, save_out_acc || keep_acc,
-                     op_bias);
+                     op_bias, false);
     }();
     ctx->mark_non_differentiable({stats, weights, out_acc});
     const at::Tensor& kept = keep_acc ? out_acc : out;
@@ -127,6 +129,14 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     ctx->saved_data["light_max"] = std::vector<int64_t>{light_max_degree, light_max_out_degree};
     ctx->saved_data["needs"] = needs;
     ctx->saved_data["bias_grad"] = bias.has_value() && bias->requires_grad();
+    // The caller gives up value's and key's memory (backward_in_place): the backward writes
+    // their gradients there when nothing else can read them afterwards (see backward). Only for
+    // the CUDA dot kernels (attention_common.h's needs 3), and not with saved-tensor hooks
+    // (checkpointing, offloading: the unpacked tensors are theirs).
+    ctx->saved_data["in_place"] = backward_in_place && !hooked && value.is_cuda() &&
+                                  kind == static_cast<int64_t>(ScoreKind::kDot) && key.has_value() &&
+                                  !key->is_same(value) && key->is_contiguous() &&
+                                  value.is_contiguous();
     if (bias.has_value() && out_kept) {
       auto with_bias = out + bias->view({1, out.size(1), out.size(2)});
       return {with_bias, stats, weights, out_acc};
@@ -182,10 +192,23 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       // holds it, or the caller does): the gradients below can reuse its memory.
       out = delta_op.call(out, grad_out);
     }
+    // In place only when this is the graph's last backward (retain_graph would run it again on
+    // the overwritten operands). value's and key's version counters are bumped afterwards, so
+    // that any other saved reference to them (which the caller promised away) fails loudly.
+    std::vector<int64_t> call_needs = needs;
+    const bool in_place = ctx->saved_data["in_place"].toBool() && !keep_graph;
+    if (in_place) {
+      if (call_needs[0] == 1) call_needs[0] = 3;
+      if (call_needs[kKeyNeedIndex] == 1) call_needs[kKeyNeedIndex] = 3;
+    }
     auto g = op.call(s[0], s[1], ctx->saved_data["kind"].toInt(), s[2], operands,
                      ctx->saved_data["num_dst"].toInt(), coeffs, ctx->saved_data["seed"].toInt(),
                      s[11], s[12], s[13], splits, ctx->saved_data["light_max"].toIntVector(),
-                     out, s[18], grad_out, needs);
+                     out, s[18], grad_out, call_needs);
+    if (in_place) {
+      if (call_needs[0] == 3) s[2].unsafeGetTensorImpl()->bump_version();
+      if (call_needs[kKeyNeedIndex] == 3) s[kKeySaved].unsafeGetTensorImpl()->bump_version();
+    }
     for (int i = 0; i < 9; ++i)
       if (needs[i] == 1) result[kValueArg + i] = g[i];
     return result;
@@ -201,12 +224,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_autog
     const at::Tensor& col_t, const at::Tensor& t2c, const OptTensor& heavy_rows,
     const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
     const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc,
-    const OptTensor& bias) {
+    const OptTensor& bias, bool backward_in_place) {
   auto outs = GraphAttentionFunction::apply(
       rowptr, col, kind, value, src_score, dst_score, edge_score, query, key, edge_key, att,
       edge_value, num_dst, negative_slope, scale, dropout, seed, need_weights, rowptr_t, col_t, t2c,
       heavy_rows, heavy_items, light_max_degree, heavy_src, heavy_src_items, light_max_out_degree,
-      save_out_acc, bias, at::GradMode::is_enabled());
+      save_out_acc, bias, backward_in_place, at::GradMode::is_enabled());
   return {outs[0], outs[1], outs[2], outs[3]};
 }
 

@@ -156,10 +156,24 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
   b.fwd = attention_params(in);
   const auto& v = in.value;
   TORCH_CHECK_VALUE(needs.size() == 9, "graph_attention backward: needs must have 9 entries");
-  for (size_t i = 0; i < needs.size(); ++i)
-    TORCH_CHECK_VALUE(needs[i] == 0 || needs[i] == 1 || (i == 1 + kKey && needs[i] == 2),
+  // 3 (value and key only): the gradient is written into the operand's own memory, which the
+  // caller gives up (the autograd's backward_in_place). Safe for the CUDA dot kernels as they
+  // are: pass B reads source j's key and value rows only in source j's own tasks, at their start,
+  // and writes d key_j and d value_j at their end (a heavy source's items write partials that a
+  // later launch merges); pass A, the other reader of key and value, is an earlier launch.
+  for (size_t i = 0; i < needs.size(); ++i) {
+    const bool in_place_ok = (i == 0 || i == 1 + kKey) && needs[i] == 3;
+    TORCH_CHECK_VALUE(needs[i] == 0 || needs[i] == 1 || (i == 1 + kKey && needs[i] == 2) || in_place_ok,
                       "graph_attention backward: needs entries are 0 or 1 (2 only for key: into "
-                      "value's gradient), got ", needs[i], " at ", i);
+                      "value's gradient; 3 for value and key: in place), got ", needs[i], " at ", i);
+    if (in_place_ok) {
+      const at::Tensor& own = i == 0 ? v : *in.operands[kKey];
+      TORCH_CHECK_VALUE(v.is_cuda() && in.kind == static_cast<int64_t>(ScoreKind::kDot) &&
+                            own.is_contiguous() && (i == 0 || !in.operands[kKey]->is_same(v)),
+                        "graph_attention backward: an in-place gradient (needs 3) is for value and "
+                        "key of kind dot on CUDA, contiguous, key not value");
+    }
+  }
   // out is the forward's out, its float32 out_acc (bf16/fp16 values), or (CUDA) D_i itself,
   // [num_dst, H] float32 from graph_attention_delta: the autograd then frees out early; or
   // (CUDA GATv2 and dot, attention_backward_cuda_delta_in_pass_a) a 1-d empty tensor: no out at all,
@@ -208,7 +222,7 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
   auto alloc = [&](bool need, const at::Tensor& like) {
     return need ? at::empty_like(like) : at::empty({0}, v.options());
   };
-  g.value = alloc(needs[0], v);
+  g.value = needs[0] == 3 ? v : alloc(needs[0], v);
   b.grad_value = needs[0] ? g.value.data_ptr() : nullptr;
   // needs[1 + kKey] == 2: key is value, its gradient goes into value's (params.h).
   b.key_grad_into_value = needs[1 + kKey] == 2;
@@ -236,7 +250,8 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
       *slots[i] = need ? g.att_partial.data_ptr() : nullptr;
       continue;
     }
-    g.operands[i] = need ? at::empty_like(*in.operands[i]) : at::empty({0}, v.options());
+    g.operands[i] = !need ? at::empty({0}, v.options())
+                    : (i == kKey && needs[i + 1] == 3) ? *in.operands[i] : at::empty_like(*in.operands[i]);
     *slots[i] = need ? g.operands[i].data_ptr() : nullptr;
   }
   g.delta = out_is_delta ? out : at::empty({b.fwd.num_dst, b.fwd.heads}, acc);

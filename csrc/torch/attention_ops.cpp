@@ -13,7 +13,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_cpu_i
     const at::Tensor& col_t, const at::Tensor& t2c, const OptTensor& heavy_rows,
     const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
     const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc,
-    const OptTensor& bias) {
+    const OptTensor& bias, bool /*backward_in_place: the autograd's*/) {
   const auto in = attention_inputs(rowptr, col, kind, value, src_score, dst_score, edge_score, query,
                                    key, edge_key, att, edge_value, num_dst, negative_slope, scale,
                                    dropout, seed, rowptr_t, col_t, t2c, heavy_rows, heavy_items,

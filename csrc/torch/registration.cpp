@@ -103,6 +103,9 @@ TORCH_LIBRARY(gnnio, m) {
   // light_max_* arguments are the planner's super-node split (CUDA; gnnio.plan.plan_attention).
   // bias [H * C] (value's dtype), when given, is added to every row of out (not of out_acc): a
   // layer's output bias, in the kernel's store of out rather than a second pass over it.
+  // backward_in_place (CUDA, kind dot): the backward may write d value and d key into value's
+  // and key's own memory, for a caller that owns them and reads them no more (a layer's private
+  // projections; see the autograd's conditions). The forward ignores it.
   m.def("graph_attention(Tensor rowptr, Tensor col, int kind, Tensor value, Tensor? src_score, "
         "Tensor? dst_score, Tensor? edge_score, Tensor? query, Tensor? key, Tensor? edge_key, "
         "Tensor? att, Tensor? edge_value, int num_dst, float negative_slope, float scale, "
@@ -110,7 +113,8 @@ TORCH_LIBRARY(gnnio, m) {
         "Tensor? heavy_rows=None, Tensor? heavy_items=None, int light_max_degree=4611686018427387904, "
         "Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
         "int light_max_out_degree=4611686018427387904, bool save_out_acc=False, "
-        "Tensor? bias=None) -> (Tensor out, Tensor stats, Tensor weights, Tensor out_acc)");
+        "Tensor? bias=None, bool backward_in_place=False) -> (Tensor out, Tensor stats, "
+        "Tensor weights, Tensor out_acc)");
   // Gradients [value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value]
   // (empty tensors where needs[i] is 0; needs[5] == 2: key is value, whose gradient then holds
   // both and key's is empty). operands in that order without value; coeffs =

@@ -82,7 +82,8 @@ def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_s
                           edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,
                           need_weights, rowptr_t, col_t, t2c, heavy_rows=None, heavy_items=None,
                           light_max_degree=2**62, heavy_src=None, heavy_src_items=None,
-                          light_max_out_degree=2**62, save_out_acc=False, bias=None):
+                          light_max_out_degree=2**62, save_out_acc=False, bias=None,
+                          backward_in_place=False):
     acc = torch.float64 if value.dtype == torch.float64 else torch.float32
     heads, channels = value.size(1), value.size(2)
     keep_acc = save_out_acc and value.dtype in (torch.float16, torch.bfloat16)

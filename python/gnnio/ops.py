@@ -171,7 +171,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
                     edge_value: Optional[torch.Tensor] = None, negative_slope: float = 0.2,
                     scale: float = 1.0, dropout: float = 0.0, seed: Optional[int] = None,
                     return_weights: bool = False, degree_aware: Optional[bool] = None,
-                    bias: Optional[torch.Tensor] = None):
+                    bias: Optional[torch.Tensor] = None, backward_in_place: bool = False):
     r"""Fused graph attention, one streaming pass per destination and head (online softmax).
 
     For each destination :math:`i`, head :math:`h` and edge :math:`j \to i` (index :math:`k`):
@@ -198,6 +198,14 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     values. When an operand requires grad they are recomputed differentiably
     (:func:`attention_weights`, E x H memory as in PyG) so that a loss on them has a gradient. On CUDA the planner (``gnnio.plan.plan_attention``) splits
     super nodes into chunks; ``degree_aware=False`` (or ``GNNIO_ATTENTION=node``) turns that off.
+
+    ``backward_in_place=True`` (kind ``'dot'`` on CUDA; ignored elsewhere) lets the backward pass
+    write the gradients of ``value`` and ``key`` into their own memory: for a caller that owns
+    both and reads them no more after this call, as TransformerConv's private projections (two
+    N x H x C buffers less at the backward's peak). It applies only to the graph's last backward
+    (not with ``retain_graph=True``), not with saved-tensor hooks, not with ``return_weights``
+    (whose recomputed weights read key) and not under ``torch.compile``; value's and key's
+    version counters are bumped, so another saved reference to them fails loudly.
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {kind!r}")
@@ -265,11 +273,14 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     # With gradients the weights are recomputed below; the kernel's are then needed only for
     # the dropout mask.
     kernel_weights = bool(return_weights) and (not needs_grad or dropout > 0)
+    in_place = (bool(backward_in_place) and kind == "dot" and needs_grad and not return_weights
+                and value.is_cuda and not torch.compiler.is_compiling())
     out, stats, weights, _ = _ops.graph_attention(
         fwd.rowptr, fwd.col, _KINDS[kind], value.contiguous(), src_score, dst_score, edge_score,
         query, key, edge_key, att, edge_value, nd, float(negative_slope), float(scale),
         float(dropout), int(seed or 0), kernel_weights, rowptr_t, col_t, t2c, *split,
-        **({} if bias is None else dict(bias=bias)))
+        **({} if bias is None else dict(bias=bias)),
+        **({} if not in_place else dict(backward_in_place=True)))
     if not return_weights:
         return out
     if kernel_weights:

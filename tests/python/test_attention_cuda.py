@@ -571,6 +571,82 @@ def test_cuda_forward_keeps_no_out(monkeypatch, kind):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("edge_terms", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("graph_name", ["random", "hub_in", "hub_out", "bipartite"])
+def test_cuda_dot_backward_in_place(graph_name, dtype, edge_terms):
+    """backward_in_place: d value and d key written into value's and key's memory give the same
+    bits as the allocating backward (pass B reads a source's rows only in its own tasks, before
+    writing its gradients; a super source's items write partials that a later launch merges),
+    on light and split rows both ways, with edge terms (whose per-slot gradients pass A writes);
+    the backward's peak is lower by about two N x H x C buffers; value's and key's versions are
+    bumped."""
+    ei, (ns, nd) = GRAPHS[graph_name]
+    gen = torch.Generator().manual_seed(torch.seed())
+    value, ops = operands("dot", ns, nd, ei.size(1), edge_terms, dtype, gen)
+    dout = torch.randn(nd, H, C, generator=gen).to(dtype).cuda()
+    g = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    leaves = {k: t.cuda().requires_grad_() for k, t in dict(value=value, **ops).items()}
+
+    def run(in_place):
+        # Fresh copies that the call may consume (their memory then holds their gradients).
+        mine = {n: t.detach().clone().requires_grad_() for n, t in leaves.items()}
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        v, k = mine["value"], mine["key"]
+        versions = (v._version, k._version)
+        out = gnnio.ops.graph_attention(g, "dot", v, scale=C ** -0.5, backward_in_place=in_place,
+                                        **{n: t for n, t in mine.items() if n != "value"})
+        grads = torch.autograd.grad(out, list(mine.values()), dout)
+        torch.cuda.synchronize()
+        bumped = (v._version > versions[0], k._version > versions[1])
+        return grads, torch.cuda.max_memory_allocated() - base, bumped
+
+    want, peak_alloc, bumped = run(False)
+    assert bumped == (False, False)
+    got, peak_in_place, bumped = run(True)
+    assert bumped == (True, True)
+    for name, a, b in zip(leaves, got, want):
+        assert torch.equal(a, b), name
+    buffer = ns * H * C * value.element_size()
+    assert peak_in_place <= peak_alloc - 1.8 * buffer, (peak_in_place, peak_alloc, buffer)
+
+
+def test_cuda_dot_backward_in_place_only_when_nothing_reads_after():
+    """Not in place with retain_graph (the second backward reads key and value again: same
+    bits), with return_weights (the recomputed weights read key); and another saved reference
+    to key, which the caller promised away, fails loudly instead of reading gradients."""
+    ei, n = random_graph(5_000, 50_000, generator=torch.Generator().manual_seed(6))
+    g = gnnio.Graph(ei.cuda(), num_nodes=n)
+    value, ops = operands("dot", n, n, ei.size(1), False, torch.float32, torch.Generator().manual_seed(7))
+    leaves = [value.cuda().requires_grad_(), ops["query"].cuda().requires_grad_(),
+              ops["key"].cuda().requires_grad_()]
+    gout = torch.randn(n, H, C, device="cuda")
+
+    def forward(**kw):
+        v, k = leaves[0] * 1, leaves[2] * 1
+        return v, k, gnnio.ops.graph_attention(g, "dot", v, query=leaves[1], key=k,
+                                               backward_in_place=True, **kw)
+
+    v, k, out = forward()
+    kept = (v.detach().clone(), k.detach().clone())
+    first = torch.autograd.grad(out, leaves, gout, retain_graph=True)
+    assert torch.equal(v, kept[0]) and torch.equal(k, kept[1])
+    second = torch.autograd.grad(out, leaves, gout)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    v, k, (out, alpha) = forward(return_weights=True)
+    kept = k.detach().clone()
+    torch.autograd.grad((out.sum() + alpha.sum()), leaves)
+    assert torch.equal(k, kept)
+    v, k = leaves[0] * 1, leaves[2] * 1
+    other = (k * k).sum()  # a second reader of key: an earlier node, so its backward runs later
+    out = gnnio.ops.graph_attention(g, "dot", v, query=leaves[1], key=k, backward_in_place=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(out.sum() + other, leaves)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("kind", ["gat", "gatv2", "dot"])

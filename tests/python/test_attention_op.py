@@ -337,6 +337,31 @@ def test_opcheck_graph_attention(kind):
             edge_value, n, 0.2, 0.5, 0.25, 7, True, t.rowptr, t.col, g.src_slot_to_dst_slot)
     torch.library.opcheck(torch.ops.gnnio.graph_attention.default, args)
     torch.library.opcheck(torch.ops.gnnio.graph_attention.default, args, {"bias": r(H * C)})
+    # The forward ignores backward_in_place (an instruction to the autograd, CUDA dot only).
+    torch.library.opcheck(torch.ops.gnnio.graph_attention.default, args, {"backward_in_place": True})
+
+
+def test_backward_in_place_is_ignored_on_the_cpu():
+    """backward_in_place applies to the CUDA dot kernels only: on the CPU the gradients are the
+    same bits as without it, and value and key keep their contents and versions."""
+    ei, n = random_graph(300, 3000, generator=torch.Generator().manual_seed(3))
+    g = gnnio.Graph(ei, num_nodes=n)
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    value, query, key = (torch.randn(n, 2, 8, generator=gen).requires_grad_() for _ in range(3))
+    gout = torch.randn(n, 2, 8, generator=gen)
+    grads = []
+    for in_place in (False, True):
+        v, k = value.detach().clone().requires_grad_(), key.detach().clone().requires_grad_()
+        q = query.detach().clone().requires_grad_()
+        v1, k1 = v * 1, k * 1  # non-leaf, as a layer's projections
+        before = (v1.detach().clone(), k1.detach().clone(), v1._version, k1._version)
+        out = gnnio.ops.graph_attention(g, "dot", v1, query=q, key=k1, scale=0.3,
+                                        backward_in_place=in_place)
+        grads.append(torch.autograd.grad(out, (v, q, k), gout))
+        assert torch.equal(v1, before[0]) and torch.equal(k1, before[1])
+        assert (v1._version, k1._version) == before[2:]
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])

@@ -4,7 +4,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from gnnio.nn._common import GraphCache, check_channels, linears_of_one_input, split_pair
+from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, linears_of_one_input,
+                              split_pair)
 from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _reset_linear, _returned_edge_index
 from gnnio.ops import attention_weights, graph_attention
 
@@ -126,8 +127,13 @@ class TransformerConv(torch.nn.Module):
         dropout = self.dropout if self.training else 0.0
         kwargs = dict(query=query, key=key, edge_key=edge, edge_value=edge,
                       scale=1.0 / math.sqrt(C))
+        # key and value are this call's own projections, read by nothing after the attention
+        # (unless a module hook saw them): their memory may take their gradients (-2 N x H x C
+        # at the backward's peak; graph_attention says when it applies).
+        private = not want_weights and _plain_linear(self.lin_key) and _plain_linear(self.lin_value)
         result = graph_attention(graph, "dot", value, dropout=dropout,
-                                 return_weights=want_weights and dropout == 0, **kwargs)
+                                 return_weights=want_weights and dropout == 0,
+                                 backward_in_place=private, **kwargs)
         out, alpha = result if want_weights and dropout == 0 else (result, None)
         if want_weights and dropout > 0:
             # PyG returns the weights from before dropout; the op returns them after it.
