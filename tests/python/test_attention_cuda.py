@@ -571,6 +571,72 @@ def test_cuda_forward_keeps_no_out(monkeypatch, kind):
         assert torch.equal(a, b)
 
 
+def _forward_kernels_staged(fn):
+    """Runs fn under the profiler; the last template argument (kStaged) of every forward_kernel
+    it launched, as 'true' / 'false'."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    flags = []
+    for event in prof.events():
+        name = event.name
+        if "forward_kernel<" not in name:
+            continue
+        args, depth = name[name.index("forward_kernel<") + len("forward_kernel<"):], 1
+        for pos, ch in enumerate(args):  # up to the '>' that closes the template list
+            depth += {"<": 1, ">": -1}.get(ch, 0)
+            if depth == 0:
+                flags.append(args[:pos].split(",")[-1].strip())
+                break
+    return flags
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels", [32, 12, 256])
+@pytest.mark.parametrize("graph_name", ["random", "hub_in", "bipartite", "no_edges"])
+@pytest.mark.parametrize("kind", ["gat", "gatv2"])
+def test_cuda_staged_forward_matches_register_loop(monkeypatch, kind, graph_name, channels, dtype):
+    """The staged forward (rows through shared memory by cp.async; GAT without an edge value,
+    GATv2 whose key is its value, 16-byte rows) against the register loop
+    (GNNIO_ATTENTION_STAGED=0) on the same operands: the same steps of slots in the same order
+    and the same arithmetic, so out, the weights (dropout included) and the gradients (the
+    backward reads the forward's stats) are the same bits. 12 channels leave a lane of each
+    float32 head without channels (3 of 4 lanes hold 4) and are no 16-byte rows in bfloat16
+    (the register loop then serves both); 256 float32 channels give each lane two 16-byte
+    pieces; hub_in's 2*10^5-slot row goes through work items and the merge. Which loop ran is
+    read from the profiler's kernel names."""
+    ei, (ns, nd) = GRAPHS[graph_name]
+    gen = torch.Generator().manual_seed(hash((kind, graph_name, channels)) % 2**31)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype).cuda()
+    heads = 2
+    value = rand(ns, heads, channels).requires_grad_()
+    if kind == "gat":  # edge_score on: the staged loop loads it with the source score
+        ops = dict(src_score=rand(ns, heads), dst_score=rand(nd, heads), edge_score=rand(ei.size(1), heads))
+    else:
+        ops = dict(key=value, query=rand(nd, heads, channels) * 0.3, att=rand(heads, channels) * 0.3)
+    leaves = [value] + [t.requires_grad_() for name, t in ops.items() if name != "key"]
+    gout = rand(nd, heads, channels)
+    g = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    aligned = channels * value.element_size() % 16 == 0
+    results = {}
+    for knob in ("1", "0"):
+        monkeypatch.setenv("GNNIO_ATTENTION_STAGED", knob)
+        box = {}
+
+        def run():
+            box["out"], box["w"] = gnnio.ops.graph_attention(g, kind, value, **ops, dropout=0.3, seed=11,
+                                                             return_weights=True)
+        flags = _forward_kernels_staged(run)
+        want = "true" if knob == "1" and aligned else "false"
+        assert flags and set(flags) == {want}, (knob, flags)
+        grads = torch.autograd.grad(box["out"], leaves, gout)
+        results[knob] = [box["out"], box["w"], *grads]
+    for a, b in zip(results["1"], results["0"]):
+        assert torch.equal(a, b), (a.float() - b.float()).abs().max().item()
+
+
 @pytest.mark.parametrize("edge_terms", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("graph_name", ["random", "hub_in", "hub_out", "bipartite"])

@@ -239,10 +239,13 @@ struct SlotBatch {
 
 // Slots whose loads a group issues together: enough 16-byte loads in flight per lane to cover
 // the gather's latency, without so many registers that occupancy halves. GAT's score is a
-// scalar per slot, so it affords twice the slots of the kinds that load a key row too.
+// scalar per slot, so with 16-bit rows (CPL 8) it affords twice the slots of the kinds that
+// load a key row too; with float32 rows (CPL 4) its 8 slots' values alone are 32 registers, and
+// at the 80-register bound of 3 blocks per SM its forward spilled 52 / 68 bytes and pass A
+// 76 / 100 (ptxas), so it takes 4 like the others (no spills).
 template <ScoreKind K, int CPL>
-constexpr int kSlotsInFlight = (K == ScoreKind::kGat ? 32 : 16) / CPL >= 2
-                                   ? (K == ScoreKind::kGat ? 32 : 16) / CPL : 2;
+constexpr int kSlotsInFlight = (K == ScoreKind::kGat && CPL >= 8 ? 32 : 16) / CPL >= 2
+                                   ? (K == ScoreKind::kGat && CPL >= 8 ? 32 : 16) / CPL : 2;
 
 // Dropout factor of slot k, head h: 1/(1-p) if kept, else 0 (1 without dropout).
 __device__ inline float dropout_factor(const AttentionParams& p, int64_t k, int64_t h) {
