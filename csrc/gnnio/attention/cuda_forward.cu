@@ -6,19 +6,9 @@
 // out and stats; a work item writes its partial (m, s, acc), and the merge kernel combines the
 // items of each heavy row in item order: M = max m_t, S = sum s_t e^(m_t - M),
 // ACC = sum acc_t e^(m_t - M), which is exact up to rounding and independent of scheduling.
-//
-// Staged (kStaged): a group's slots go through shared memory instead of registers. Each lane
-// copies its 16-byte pieces of the next step's rows with cp.async before it computes on the
-// current step, so two steps of rows are in flight per group and none of them holds registers
-// while it is. The register loop keeps one step in flight and holds its rows in registers:
-// GATv2Conv's forward ran at 1.8x its gather floor and GATConv's at 2.6x (NOTES v13). Used for
-// the one-row kinds (GAT without an edge value, GATv2 whose key is its value) when the rows
-// are 16-byte aligned; every other case takes the register loop.
-#include <cstdlib>
 #include <type_traits>
 
 #include "gnnio/attention/score.cuh"
-#include "gnnio/common/async_copy.cuh"
 #include "gnnio/common/cuda_check.h"
 
 namespace gnnio {
@@ -32,135 +22,9 @@ struct Partial {  // workspace layout of the work items' partial states
   float* acc;     // [num_items, H, C]
 };
 
-// The staged loop over slots [begin, end) of one (task, head): folds them into the online
-// softmax state (m, s, acc) as the register loop does, step by step of U slots in the same
-// order. Step t + 1's rows are copied into the lane's own shared-memory stage while step t is
-// computed from the other; the slot indices come a batch ahead (SlotBatch), so issuing a step
-// never waits for its indices. GAT's two scalars per slot are plain loads held in registers.
-template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, int U>
-__device__ inline void staged_slots(const AttentionParams& p, const Group<L>& g,
-                                    const DstSide<scalar_t, CPL>& d, int64_t h, int64_t begin,
-                                    int64_t end, float& m, float& s, float (&acc)[CPL]) {
-  constexpr int kChunk = 16 / sizeof(scalar_t);  // elements per 16-byte piece
-  constexpr int kPieces = CPL / kChunk;          // a lane's pieces of a row
-  using Batch = SlotBatch<index_t, L, U>;
-  __shared__ uint4 rows[2][U][kPieces][kThreads];  // [stage][slot][piece][thread]
-  const int64_t H = p.heads, C = p.channels, c0 = int64_t(g.sub) * CPL;
-  const bool has_channels = c0 < C;  // lanes past a head's last channel copy nothing
-  const auto* value = static_cast<const scalar_t*>(p.value);
-  const auto* col = static_cast<const index_t*>(p.col);
-  const auto* src_score = static_cast<const scalar_t*>(p.src_score);
-  const auto* edge_score = static_cast<const scalar_t*>(p.edge_score);
-  auto* weights = static_cast<float*>(p.weights);
-  const int tid = threadIdx.x;
-  // Slots first .. first + n - 1 into `stage`; their indices are entries u0 .. of batch.
-  auto issue = [&](int stage, const Batch& batch, int64_t first, int u0, int n, float (&sc)[U]) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (u >= n) continue;  // n is the same on the group's lanes (batch.get shuffles)
-      const int64_t j = batch.get(g, u0, u);
-      if (has_channels) {
-        const scalar_t* src = value + (j * H + h) * C + c0;
-#pragma unroll
-        for (int q = 0; q < kPieces; ++q) cp_async_16(&rows[stage][u][q][tid], src + q * kChunk);
-      }
-      if constexpr (K == ScoreKind::kGat) {
-        const int64_t k = first + u;
-        sc[u] = to_acc(src_score[j * H + h]) + (edge_score ? to_acc(edge_score[k * H + h]) : 0.0f);
-      }
-    }
-    cp_async_commit();
-  };
-  auto read_row = [&](int stage, int u, float (&out)[CPL]) {
-#pragma unroll
-    for (int q = 0; q < kPieces; ++q) {
-      const auto piece = *reinterpret_cast<const Vec<scalar_t, kChunk>*>(&rows[stage][u][q][tid]);
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) out[q * kChunk + e] = has_channels ? to_acc(piece.v[e]) : 0.0f;
-    }
-  };
-  // The register loop's step on rows already in `stage`.
-  auto compute = [&](int stage, int64_t first, int n, const float (&sc)[U]) {
-    float e[U];
-    float m_new = m;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (u >= n) continue;  // uniform across the group (score_of reduces over it)
-      float kk[CPL], z[CPL];
-      if constexpr (K == ScoreKind::kGat) {
-        kk[0] = sc[u];
-      } else {
-        read_row(stage, u, kk);
-      }
-      e[u] = score_of<K, scalar_t, L, CPL>(p, g, d, kk, z);
-      m_new = fmaxf(m_new, e[u]);
-      if (weights && g.sub == 0) weights[(first + u) * p.heads + h] = e[u];  // normalised later
-    }
-    const float r = expf(m - m_new);  // exp(-inf) = 0 on the first step
-    m = m_new;
-    s *= r;
-#pragma unroll
-    for (int t = 0; t < CPL; ++t) acc[t] *= r;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (u >= n) continue;
-      const float w = expf(e[u] - m);
-      s += w;
-      const float wr = w * dropout_factor(p, first + u, h);
-      float v[CPL];
-      read_row(stage, u, v);
-#pragma unroll
-      for (int t = 0; t < CPL; ++t) acc[t] += wr * v[t];
-    }
-  };
-  if (begin >= end) return;
-  Batch current, next;
-  current.load(col, begin, begin, end, g.sub);
-  if (begin + Batch::kSize < end) next.load(col, begin + Batch::kSize, begin, end, g.sub);
-  float sc[U], sc_next[U];
-  issue(0, current, begin, 0, end - begin < U ? static_cast<int>(end - begin) : U, sc);
-  int stage = 0, u0 = 0;  // u0: the current step's first entry in its batch
-#pragma unroll 1
-  for (int64_t first = begin; first < end; first += U, stage ^= 1) {
-    const int n = end - first < U ? static_cast<int>(end - first) : U;
-    const int64_t following = first + U;
-    u0 = (u0 + U) % Batch::kSize;  // the following step's
-    if (following < end) {
-      if (u0 == 0) {  // the following step opens the next batch, whose indices are loaded
-        current = next;
-        if (following + Batch::kSize < end)
-          next.load(col, following + Batch::kSize, begin, end, g.sub);
-      }
-      issue(stage ^ 1, current, following, u0,
-            end - following < U ? static_cast<int>(end - following) : U, sc_next);
-      cp_async_wait<1>();  // this step's group has landed; the following one may be in flight
-    } else {
-      cp_async_wait<0>();
-    }
-    compute(stage, first, n, sc);
-#pragma unroll
-    for (int u = 0; u < U; ++u) sc[u] = sc_next[u];
-  }
-}
-
-// Whether the staged loop serves p (see the top of this file): its kinds, 16-byte rows, and
-// not switched off with GNNIO_ATTENTION_STAGED=0 (a measurement knob: both loops in one run).
-bool use_staged(const AttentionParams& p) {
-  const char* knob = std::getenv("GNNIO_ATTENTION_STAGED");  // read per call: tests switch it
-  if ((knob && knob[0] == '0') || !p.vector_io) return false;
-  return (p.kind == ScoreKind::kGat && !p.edge_value) || key_is_value(p);
-}
-
-// Blocks per SM the forward kernel is built for: the register loop 3 of 256 threads (80
-// registers; 2 with 8 channels a lane); the staged loop holds no rows in registers, so one more
-// (ptxas: 56-64 registers for float32 at 4 blocks, 66-78 for 16-bit types at 3, no spills;
-// its stages are 16-32 KB of shared memory a block).
-template <int CPL, bool kStaged>
-constexpr int kForwardBlocks = kStaged ? (CPL >= 8 ? 3 : 4) : (CPL >= 8 ? 2 : 3);
-
-// kKeyIsValue: key_is_value(p) (dispatch_kind_kv). kStaged: use_staged(p).
-template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue, bool kStaged>
-__global__ void __launch_bounds__(kThreads, kForwardBlocks<CPL, kStaged>) forward_kernel(AttentionParams p, Partial part) {
+// kKeyIsValue: key_is_value(p) (dispatch_kind_kv).
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue>
+__global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) forward_kernel(AttentionParams p, Partial part) {
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
   const int64_t task = group / p.heads, h = group % p.heads;
@@ -186,66 +50,62 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocks<CPL, kStaged>) forwar
   float m = -INFINITY, s = 0.0f, acc[CPL];
 #pragma unroll
   for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
+  auto* weights = static_cast<float*>(p.weights);
   constexpr int U = kSlotsInFlight<K, CPL>;
   using Batch = SlotBatch<index_t, L, U>;
-  if constexpr (kStaged) {
-    staged_slots<K, scalar_t, index_t, L, CPL, U>(p, g, d, h, begin, end, m, s, acc);
-  } else {
-    auto* weights = static_cast<float*>(p.weights);
-    // One step: slots u0 .. u0 + n - 1 of the batch, their loads issued before any arithmetic
-    // (a row's slots are otherwise one dependent load chain and the gather latency-bound).
-    auto step = [&](const Batch& batch, int64_t base, int u0, int n) {
-      int64_t j[U];
-      float kk[U][CPL], v[U][CPL], e[U];
+  // One step: slots u0 .. u0 + n - 1 of the batch, their loads issued before any arithmetic
+  // (a row's slots are otherwise one dependent load chain and the gather latency-bound).
+  auto step = [&](const Batch& batch, int64_t base, int u0, int n) {
+    int64_t j[U];
+    float kk[U][CPL], v[U][CPL], e[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) j[u] = batch.get(g, u0, u);
+    for (int u = 0; u < U; ++u) j[u] = batch.get(g, u0, u);
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t k = base + u0 + (u < n ? u : 0);
-        load_key<K, scalar_t, L, CPL>(p, g, j[u], k, h, kk[u]);
-        if (!kKeyIsValue) {  // GATv2's key is its value (no edge terms): one load serves both
-          load_value<scalar_t, L, CPL>(p, g, j[u], k, h, v[u]);
-        } else {
-#pragma unroll
-          for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
-        }
-      }
-      float m_new = m;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float z[CPL];
-        e[u] = score_of<K, scalar_t, L, CPL>(p, g, d, kk[u], z);
-        if (u < n) {
-          m_new = fmaxf(m_new, e[u]);
-          if (weights && g.sub == 0) weights[(base + u0 + u) * p.heads + h] = e[u];  // normalised later
-        }
-      }
-      // A new running max rescales what was summed so far (exp(-inf) = 0 on the first step).
-      const float r = expf(m - m_new);
-      m = m_new;
-      s *= r;
-#pragma unroll
-      for (int t = 0; t < CPL; ++t) acc[t] *= r;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (u >= n) continue;
-        const float w = expf(e[u] - m);
-        s += w;
-        const float wr = w * dropout_factor(p, base + u0 + u, h);
-#pragma unroll
-        for (int t = 0; t < CPL; ++t) acc[t] += wr * v[u][t];
-      }
-    };
-    for (int64_t base = begin; base < end; base += Batch::kSize) {
-      Batch batch;
-      batch.load(col, base, begin, end, g.sub);
-      const int count = end - base < Batch::kSize ? static_cast<int>(end - base) : Batch::kSize;
-      if constexpr (Batch::kPerLane > 1) {
-        step(batch, base, 0, count);
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = base + u0 + (u < n ? u : 0);
+      load_key<K, scalar_t, L, CPL>(p, g, j[u], k, h, kk[u]);
+      if (!kKeyIsValue) {  // GATv2's key is its value (no edge terms): one load serves both
+        load_value<scalar_t, L, CPL>(p, g, j[u], k, h, v[u]);
       } else {
-#pragma unroll 1
-        for (int u0 = 0; u0 < count; u0 += U) step(batch, base, u0, count - u0 < U ? count - u0 : U);
+#pragma unroll
+        for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
       }
+    }
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float z[CPL];
+      e[u] = score_of<K, scalar_t, L, CPL>(p, g, d, kk[u], z);
+      if (u < n) {
+        m_new = fmaxf(m_new, e[u]);
+        if (weights && g.sub == 0) weights[(base + u0 + u) * p.heads + h] = e[u];  // normalised later
+      }
+    }
+    // A new running max rescales what was summed so far (exp(-inf) = 0 on the first step).
+    const float r = expf(m - m_new);
+    m = m_new;
+    s *= r;
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) acc[t] *= r;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (u >= n) continue;
+      const float w = expf(e[u] - m);
+      s += w;
+      const float wr = w * dropout_factor(p, base + u0 + u, h);
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) acc[t] += wr * v[u][t];
+    }
+  };
+  for (int64_t base = begin; base < end; base += Batch::kSize) {
+    Batch batch;
+    batch.load(col, base, begin, end, g.sub);
+    const int count = end - base < Batch::kSize ? static_cast<int>(end - base) : Batch::kSize;
+    if constexpr (Batch::kPerLane > 1) {
+      step(batch, base, 0, count);
+    } else {
+#pragma unroll 1
+      for (int u0 = 0; u0 < count; u0 += U) step(batch, base, u0, count - u0 < U ? count - u0 : U);
     }
   }
   const int64_t H = p.heads, C = p.channels;
@@ -434,19 +294,8 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
         q.vector_io = rows_aligned(p, CPL, {});
         set_dropout_test(q);
         const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
-        const bool staged = use_staged(q);
         dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
-          constexpr ScoreKind K = decltype(kind)::value;
-          constexpr bool kv = decltype(key_is_value)::value;
-          // Only the staged loop's kinds get a staged instantiation (use_staged).
-          if constexpr (K == ScoreKind::kGat || kv) {
-            if (staged) {
-              forward_kernel<K, scalar_t, index_t, L, CPL, kv, true>
-                  <<<blocks_for(groups * L), kThreads, 0, s>>>(q, part);
-              return;
-            }
-          }
-          forward_kernel<K, scalar_t, index_t, L, CPL, kv, false>
+          forward_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL, decltype(key_is_value)::value>
               <<<blocks_for(groups * L), kThreads, 0, s>>>(q, part);
         });
         GNNIO_CUDA_CHECK(cudaGetLastError());
