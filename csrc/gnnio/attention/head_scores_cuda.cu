@@ -1,7 +1,11 @@
-// CUDA kernels of the fused GAT scores (head_scores.h). Forward: a group of G lanes (G the
-// power of two at or above the channel count, at most 32) owns one (row, head) segment, strides
-// over its channels and sums each vector's products with a butterfly of shuffles: x is read
-// once, coalesced. Backward: one block per chunk of kHeadScoreChunkRows rows, a thread per
+// CUDA kernels of the fused GAT scores (head_scores.h). Forward: a group of G lanes owns one
+// (row, head) segment at a time and sums each vector's products with a butterfly of shuffles:
+// x is read once, coalesced. With 16-byte rows of at most 32 pieces (the common case: 4 x 32
+// float32 is a 512-byte row, 8 lanes a head) each lane loads one 16-byte piece, and a group
+// takes kUnroll segments per round with their loads issued first; otherwise (G the power of
+// two at or above the channel count) each lane strides over single channels. The single-channel
+// kernel alone was a warp per 128-byte segment, 4M one-load warps on powerlaw-1M-16M: 1.29 ms
+// for 0.5 GB (NOTES v13). Backward: one block per chunk of kHeadScoreChunkRows rows, a thread per
 // (head, channel) column walking the chunk's rows in order: it writes d x and keeps each
 // vector's d att partial in a register, written once per chunk.
 #include <cuda_runtime.h>
@@ -9,6 +13,7 @@
 #include "gnnio/attention/head_scores.h"
 #include "gnnio/common/convert.cuh"
 #include "gnnio/common/cuda_check.h"
+#include "gnnio/common/vec.cuh"
 
 namespace gnnio {
 namespace {
@@ -57,6 +62,66 @@ __global__ void __launch_bounds__(kForwardThreads)
   }
 }
 
+constexpr int kUnroll = 4;
+
+// The 16-byte path (see the top): lane `lane` holds channels lane * V .. lane * V + V - 1 of a
+// segment (zeros past the head's last channel); the launcher checked x's alignment and that
+// channels is a multiple of V and at most G * V.
+template <typename scalar_t, int G>
+__global__ void __launch_bounds__(kForwardThreads)
+    head_scores_vec_kernel(const scalar_t* __restrict__ x, const acc_type_t<scalar_t>* __restrict__ att,
+                           acc_type_t<scalar_t>* __restrict__ score, int64_t num_segments, int heads,
+                           int channels, int num_att) {
+  using acc_t = acc_type_t<scalar_t>;
+  constexpr int V = 16 / sizeof(scalar_t);
+  const int lane = threadIdx.x % G, c0 = lane * V;
+  const bool has_channels = c0 < channels;
+  const int64_t groups_per_grid = int64_t(gridDim.x) * (kForwardThreads / G);
+  const int64_t first = int64_t(blockIdx.x) * (kForwardThreads / G) + threadIdx.x / G;
+  // Every lane of a warp runs the same rounds, so the shuffles see full warps.
+  const int64_t rounds = (num_segments + groups_per_grid - 1) / groups_per_grid;
+  for (int64_t round = 0; round < rounds; round += kUnroll) {
+    acc_t v[kUnroll][V];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // the loads of all kUnroll segments first
+      const int64_t s = first + (round + u) * groups_per_grid;
+      if (has_channels && s < num_segments) {
+        const auto piece = load_vec<V>(x + s * channels + c0);
+#pragma unroll
+        for (int e = 0; e < V; ++e) v[u][e] = to_acc(piece.v[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) v[u][e] = acc_t(0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t s = first + (round + u) * groups_per_grid;
+      const bool valid = s < num_segments;
+      const int h = valid ? int(s % heads) : 0;
+      acc_t sum[kMaxAtt];
+#pragma unroll
+      for (int a = 0; a < kMaxAtt; ++a) {
+        sum[a] = acc_t(0);
+        if (a >= num_att || !has_channels) continue;
+        const acc_t* att_row = att + (int64_t(a) * heads + h) * channels + c0;
+#pragma unroll
+        for (int e = 0; e < V; ++e) sum[a] += v[u][e] * att_row[e];
+      }
+#pragma unroll
+      for (int a = 0; a < kMaxAtt; ++a) {
+        if (a >= num_att) break;
+#pragma unroll
+        for (int offset = G / 2; offset > 0; offset /= 2)
+          sum[a] += __shfl_xor_sync(0xffffffffu, sum[a], offset);
+      }
+      if (valid && lane == 0) {
+        for (int a = 0; a < num_att; ++a) score[a * num_segments + s] = sum[a];
+      }
+    }
+  }
+}
+
 template <typename scalar_t>
 __global__ void __launch_bounds__(kBackwardMaxThreads)
     head_scores_backward_kernel(const scalar_t* __restrict__ x,
@@ -99,6 +164,25 @@ template <typename scalar_t>
 void launch_forward(const HeadScoresParams& p, cudaStream_t stream) {
   using acc_t = acc_type_t<scalar_t>;
   const int64_t segments = p.num_rows * p.heads;
+  constexpr int V = 16 / sizeof(scalar_t);
+  const int64_t pieces = p.channels / V;
+  if (p.channels % V == 0 && pieces <= 32 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0) {
+    auto run_vec = [&](auto group) {
+      constexpr int G = decltype(group)::value;
+      const int64_t groups = kForwardThreads / G;
+      const int64_t blocks =
+          std::min<int64_t>((segments + groups * kUnroll - 1) / (groups * kUnroll), int64_t(1) << 20);
+      head_scores_vec_kernel<scalar_t, G><<<blocks, kForwardThreads, 0, stream>>>(
+          static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
+          static_cast<acc_t*>(p.score), segments, int(p.heads), int(p.channels), int(p.num_att));
+    };
+    if (pieces <= 1) return run_vec(std::integral_constant<int, 1>{});
+    if (pieces <= 2) return run_vec(std::integral_constant<int, 2>{});
+    if (pieces <= 4) return run_vec(std::integral_constant<int, 4>{});
+    if (pieces <= 8) return run_vec(std::integral_constant<int, 8>{});
+    if (pieces <= 16) return run_vec(std::integral_constant<int, 16>{});
+    return run_vec(std::integral_constant<int, 32>{});
+  }
   auto run = [&](auto group) {
     constexpr int G = decltype(group)::value;
     const int64_t groups = kForwardThreads / G;
