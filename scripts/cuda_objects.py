@@ -10,6 +10,13 @@ whose manifest does not match the tree it builds: a stale kernel would pass ever
 and test the wrong code.
 
     python scripts/cuda_objects.py .cuda_objects [--jobs 2]
+
+The H200 device machine sets CC=/opt/gcc/bin/gcc, so its torch passes `-ccbin /opt/gcc/bin/gcc`
+and a folder built without it is refused there (the flags line differs). To build one it takes:
+    mkdir -p /opt/gcc/bin && ln -sf "$(command -v gcc)" /opt/gcc/bin/gcc
+    CC=/opt/gcc/bin/gcc python scripts/cuda_objects.py .cuda_objects --jobs 2
+(this machine's gcc under the device's path: the manifest records the path, not the compiler's
+version; the device linked and loaded such objects on 2026-12-04, bench/NOTES.md v13).
 """
 import argparse
 import concurrent.futures
