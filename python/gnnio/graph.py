@@ -327,7 +327,7 @@ class Graph:
     # -- the planner --------------------------------------------------------------------------
     def plan(self, layer, features: int = 128, dtype: torch.dtype = torch.float32, *,
              training: bool = True, backend: Optional[str] = None):
-        """What gnnio runs for ``layer`` on this graph, and why: a :class:`gnnio.plan.Plan`
+        """What gnnio runs for ``layer`` on this graph, and why: a :class:`gnnio.plan_layer.Plan`
         (``str(plan)`` prints it). ``layer`` is a family (``'spmm'``, ``'reduce'``,
         ``'attention'``), an op (``'spmm(mean)'``, ``'segment_reduce(max)'``,
         ``'graph_attention(gatv2)'``, ``'gcn_propagate'``), a gnnio/PyG layer name
@@ -340,7 +340,7 @@ class Graph:
         is deterministic and is the same on a CPU graph: ``backend`` says what CUDA runs,
         ``cpu_backend`` what the CPU runs. Layers that add self loops (GCNConv, GATConv,
         GATv2Conv) are planned on the graph with them. Raises ValueError for an unknown name."""
-        from gnnio.plan import plan_layer
+        from gnnio.plan_layer import plan_layer
 
         return plan_layer(self, layer, features, dtype, training=training, backend=backend)
 

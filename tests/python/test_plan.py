@@ -153,7 +153,7 @@ def test_plans_are_deterministic(tf32):
     h, hn = hub(3000)
     for edges, n in ((ei, 1000), (h, hn), (powerlaw(1000, 16_000, seed=2), 1000)):
         a, b = gnnio.Graph(edges, num_nodes=n), gnnio.Graph(edges.clone(), num_nodes=n)
-        for name in planner.PLAN_NAMES:
+        for name in gnnio.plan_layer.PLAN_NAMES:
             for dtype in (torch.float32, torch.bfloat16):
                 pa, pb = a.plan(name, 64, dtype), b.plan(name, 64, dtype)
                 assert fields(pa) == fields(pb) and str(pa) == str(pb)
@@ -278,7 +278,7 @@ def test_every_layer_name_is_accepted(blockdiag_graph):
         for spelling in (name, name.lower(), name.upper()):
             p = blockdiag_graph.plan(spelling, 16)
             assert p.family == family and p.layer == name, spelling
-    for name in planner.PLAN_NAMES:
+    for name in gnnio.plan_layer.PLAN_NAMES:
         assert blockdiag_graph.plan(name).layer == name
     # Defaults of the layers, PyG's keyword spelling, classes and instances.
     assert blockdiag_graph.plan("GraphConv").layer == "GraphConv(add)"
