@@ -215,41 +215,37 @@ def _count(t) -> int:
     return 0 if t is None else int(t.size(0))
 
 
-def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
-    p = _policy.plan_reduce(graph, dtype, backward=training)
+def _split_fields(graph, p, chunk, training) -> dict:
+    """The Plan fields of a reduce or attention split plan p (ReducePlan / AttentionPlan, which
+    share their split fields), chunk its work items' size, and the statistics it read."""
     split = p.heavy_rows is not None or p.heavy_src is not None
     stats = graph.stats()
     deciding = {"max_in_degree": stats["max_in_degree"],
                 "mean_in_degree": stats["mean_in_degree"]}
     if training:
         deciding["max_out_degree"] = graph.max_out_degree()
+    return dict(light_max_degree=p.light_max_degree if p.heavy_rows is not None else None,
+                chunk=chunk if split else None, heavy_rows=_count(p.heavy_rows),
+                heavy_items=_count(p.heavy_items),
+                light_max_out_degree=p.light_max_out_degree if p.heavy_src is not None else None,
+                heavy_sources=_count(p.heavy_src), heavy_source_items=_count(p.heavy_src_items),
+                stats=deciding)
+
+
+def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
+    p = _policy.plan_reduce(graph, dtype, backward=training)
+    fields = _split_fields(graph, p, p.edge_chunk, training)
+    split = fields["chunk"] is not None
     why = p.reason
     if split:
         why += ("; measured on the H200 (float32 forward): degree-aware 238x node-parallel on "
                 "powerlaw-1M-16M, 1.00x on uniform-1M-16M")
     return Plan(backend="degree-aware" if split else "node-parallel", cpu_backend="node-parallel",
-                reason=why + ".",
-                light_max_degree=p.light_max_degree if p.heavy_rows is not None else None,
-                chunk=p.edge_chunk if split else None, heavy_rows=_count(p.heavy_rows),
-                heavy_items=_count(p.heavy_items),
-                light_max_out_degree=p.light_max_out_degree if p.heavy_src is not None else None,
-                heavy_sources=_count(p.heavy_src), heavy_source_items=_count(p.heavy_src_items),
-                stats=deciding, **common)
+                reason=why + ".", **fields, **common)
 
 
 def _plan_attention_layer(graph, width, training, common) -> Plan:
     p = _policy.plan_attention(graph, width, backward=training)
-    split = p.heavy_rows is not None or p.heavy_src is not None
-    stats = graph.stats()
-    deciding = {"max_in_degree": stats["max_in_degree"],
-                "mean_in_degree": stats["mean_in_degree"]}
-    if training:
-        deciding["max_out_degree"] = graph.max_out_degree()
-    return Plan(backend="csr-split" if split else "csr", cpu_backend="csr",
-                reason=p.reason + ".",
-                light_max_degree=p.light_max_degree if p.heavy_rows is not None else None,
-                chunk=_policy.ATTENTION_CHUNK if split else None, heavy_rows=_count(p.heavy_rows),
-                heavy_items=_count(p.heavy_items),
-                light_max_out_degree=p.light_max_out_degree if p.heavy_src is not None else None,
-                heavy_sources=_count(p.heavy_src), heavy_source_items=_count(p.heavy_src_items),
-                stats=deciding, **common)
+    fields = _split_fields(graph, p, _policy.ATTENTION_CHUNK, training)
+    return Plan(backend="csr-split" if fields["chunk"] is not None else "csr", cpu_backend="csr",
+                reason=p.reason + ".", **fields, **common)
