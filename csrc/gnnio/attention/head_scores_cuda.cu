@@ -166,7 +166,7 @@ void launch_forward(const HeadScoresParams& p, cudaStream_t stream) {
   const int64_t segments = p.num_rows * p.heads;
   constexpr int V = 16 / sizeof(scalar_t);
   const int64_t pieces = p.channels / V;
-  if (p.channels % V == 0 && pieces <= 32 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0) {
+  if (vector_width<scalar_t>(p.channels, {}, {p.x}) == V && pieces <= 32) {
     auto run_vec = [&](auto group) {
       constexpr int G = decltype(group)::value;
       const int64_t groups = kForwardThreads / G;
