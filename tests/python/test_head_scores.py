@@ -212,3 +212,28 @@ def test_cuda_bitwise_repeatable_and_close_to_cpu():
         assert torch.equal(a, b)
     for a, b in zip(first, run(x, att, g)):
         torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("shape", [(300_000, 2, 4, 32), (1000, 4, 2, 16), (4097, 2, 2, 200)],
+                         ids=["N300000-A2-H4-C32", "N1000-A4-H2-C16", "N4097-A2-H2-C200"])
+def test_cuda_backward_paths_agree_bitwise(shape, dtype):
+    """The backward's 16-byte kernel (x 16-byte aligned, channels a multiple of 16 bytes) and its
+    column kernel (the same x one element off alignment) add each column's terms in the same
+    order (rows of a chunk in order, vectors in order), so d x and d att are the same bits."""
+    gen = torch.Generator().manual_seed(torch.seed())
+    x, att, g = operands(*shape, dtype, "cpu", gen)
+    if dtype != torch.float64:  # att and the score gradient in float32, as a layer's are
+        att, g = att.float(), g.float()
+    x, att, g = x.cuda(), att.cuda(), g.cuda()
+    storage = torch.empty(x.numel() + 1, dtype=dtype, device="cuda")
+    x_off = storage[1:].view_as(x).copy_(x)
+    assert x.data_ptr() % 16 == 0 and x_off.data_ptr() % 16 != 0
+    grads = []
+    for xs in (x, x_off):
+        leaf, att_leaf = xs.detach().requires_grad_(), att.clone().requires_grad_()
+        score = head_scores(leaf, att_leaf)
+        grads.append(torch.autograd.grad(score, (leaf, att_leaf), g.to(score.dtype)))
+    for vec, column in zip(*grads):
+        assert torch.equal(vec, column)

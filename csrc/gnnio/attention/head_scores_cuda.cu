@@ -7,7 +7,8 @@
 // kernel alone was a warp per 128-byte segment, 4M one-load warps on powerlaw-1M-16M: 1.29 ms
 // for 0.5 GB (NOTES v13). Backward: one block per chunk of kHeadScoreChunkRows rows, a thread per
 // (head, channel) column walking the chunk's rows in order: it writes d x and keeps each
-// vector's d att partial in a register, written once per chunk.
+// vector's d att partial in a register, written once per chunk; with 16-byte rows a thread
+// owns a 16-byte piece of columns instead, the same sums in the same order.
 #include <cuda_runtime.h>
 
 #include "gnnio/attention/head_scores.h"
@@ -21,6 +22,7 @@ namespace {
 constexpr int kMaxAtt = 4;
 constexpr int kForwardThreads = 256;
 constexpr int kBackwardMaxThreads = 256;
+constexpr int kBackwardRows = 4;  // rows whose loads a 16-byte backward thread issues together
 
 template <typename scalar_t, int G>
 __global__ void __launch_bounds__(kForwardThreads)
@@ -160,6 +162,76 @@ __global__ void __launch_bounds__(kBackwardMaxThreads)
   }
 }
 
+// The backward's 16-byte path: a thread owns V = 16 / sizeof(scalar_t) consecutive columns of
+// one head (the launcher checked that channels is a multiple of V and that x and grad_x are
+// 16-byte aligned) and walks the chunk's rows in order as the column kernel above does, the
+// same sums in the same order for each column, with kBackwardRows rows' loads issued first.
+// The column kernel loaded 4 bytes a row per thread and, with its per-row `a < num_att`
+// branches, one row at a time (SASS): 0.53 ms for ~1 GB on powerlaw-1M-16M (NOTES v13).
+template <typename scalar_t>
+__global__ void __launch_bounds__(kBackwardMaxThreads)
+    head_scores_backward_vec_kernel(const scalar_t* __restrict__ x,
+                                    const acc_type_t<scalar_t>* __restrict__ att,
+                                    const acc_type_t<scalar_t>* __restrict__ grad_score,
+                                    scalar_t* __restrict__ grad_x,
+                                    acc_type_t<scalar_t>* __restrict__ partials, int64_t num_rows,
+                                    int heads, int channels, int num_att) {
+  using acc_t = acc_type_t<scalar_t>;
+  constexpr int V = 16 / sizeof(scalar_t);
+  const int64_t hc = int64_t(heads) * channels, pieces = hc / V;
+  const int64_t begin = int64_t(blockIdx.x) * kHeadScoreChunkRows;
+  const int64_t end = min(begin + kHeadScoreChunkRows, num_rows);
+  for (int64_t q = threadIdx.x; q < pieces; q += blockDim.x) {
+    const int64_t j0 = q * V, h = j0 / channels;
+    acc_t att_j[kMaxAtt][V], part[kMaxAtt][V];
+#pragma unroll
+    for (int a = 0; a < kMaxAtt; ++a) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        att_j[a][e] = a < num_att ? att[a * hc + j0 + e] : acc_t(0);
+        part[a][e] = acc_t(0);
+      }
+    }
+    for (int64_t n0 = begin; n0 < end; n0 += kBackwardRows) {
+      Vec<scalar_t, V> xv[kBackwardRows];
+      acc_t ga[kBackwardRows][kMaxAtt];
+#pragma unroll
+      for (int r = 0; r < kBackwardRows; ++r) {  // loads first (past the end: row n0 again)
+        const int64_t n = n0 + r < end ? n0 + r : n0;
+        xv[r] = load_vec<V>(x + n * hc + j0);
+#pragma unroll
+        for (int a = 0; a < kMaxAtt; ++a)  // vectors past num_att: vector 0's entry, unused
+          ga[r][a] = grad_score[(int64_t(a < num_att ? a : 0) * num_rows + n) * heads + h];
+      }
+#pragma unroll
+      for (int r = 0; r < kBackwardRows; ++r) {
+        if (n0 + r >= end) break;
+        Vec<scalar_t, V> dx_out;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const acc_t v = to_acc(xv[r].v[e]);
+          acc_t dx = acc_t(0);
+#pragma unroll
+          for (int a = 0; a < kMaxAtt; ++a) {
+            if (a >= num_att) break;
+            dx += ga[r][a] * att_j[a][e];
+            part[a][e] += ga[r][a] * v;
+          }
+          dx_out.v[e] = from_acc<scalar_t>(dx);
+        }
+        if (grad_x) store_vec<V>(grad_x + (n0 + r) * hc + j0, dx_out);
+      }
+    }
+    if (partials) {
+      for (int a = 0; a < num_att; ++a) {
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          partials[(int64_t(blockIdx.x) * num_att + a) * hc + j0 + e] = part[a][e];
+      }
+    }
+  }
+}
+
 template <typename scalar_t>
 void launch_forward(const HeadScoresParams& p, cudaStream_t stream) {
   using acc_t = acc_type_t<scalar_t>;
@@ -201,6 +273,16 @@ template <typename scalar_t>
 void launch_backward(const HeadScoresBackwardParams& p, cudaStream_t stream) {
   using acc_t = acc_type_t<scalar_t>;
   const int64_t hc = p.heads * p.channels;
+  constexpr int V = 16 / sizeof(scalar_t);
+  if (vector_width<scalar_t>(p.channels, {}, {p.x, p.grad_x}) == V) {  // grad_x may be null
+    const int threads = int(std::min<int64_t>(kBackwardMaxThreads, (hc / V + 31) / 32 * 32));
+    head_scores_backward_vec_kernel<scalar_t><<<head_score_chunks(p.num_rows), threads, 0, stream>>>(
+        static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
+        static_cast<const acc_t*>(p.grad_score), static_cast<scalar_t*>(p.grad_x),
+        static_cast<acc_t*>(p.att_partials), p.num_rows, int(p.heads), int(p.channels),
+        int(p.num_att));
+    return;
+  }
   const int threads = int(std::min<int64_t>(kBackwardMaxThreads, (hc + 31) / 32 * 32));
   head_scores_backward_kernel<scalar_t><<<head_score_chunks(p.num_rows), threads, 0, stream>>>(
       static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
