@@ -22,9 +22,19 @@ struct Partial {  // workspace layout of the work items' partial states
   float* acc;     // [num_items, H, C]
 };
 
+// Blocks of kThreads per SM that the forward's registers are bounded for. The kernel is
+// latency-bound (ncu, NOTES v14: long-scoreboard stalls first, DRAM at 41-49% of peak), so more
+// resident warps mean more rows in flight. With float32 rows GAT and GATv2 whose key is its value
+// fit 64 registers (4 blocks) and spill only outside the slot loop (16-40 bytes: the task's
+// bounds, ptxas and SASS); the kinds that hold a key and a value row per slot would spill
+// 120-220 bytes at 64 and keep 80 (3 blocks). 16-bit rows (CPL 8) keep 2 blocks (<= 122).
+template <ScoreKind K, int CPL, bool kKeyIsValue>
+constexpr int kForwardMinBlocks = CPL >= 8 ? 2 : (K == ScoreKind::kGat || kKeyIsValue ? 4 : 3);
+
 // kKeyIsValue: key_is_value(p) (dispatch_kind_kv).
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue>
-__global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) forward_kernel(AttentionParams p, Partial part) {
+__global__ void __launch_bounds__(kThreads, (kForwardMinBlocks<K, CPL, kKeyIsValue>))
+    forward_kernel(AttentionParams p, Partial part) {
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
   const int64_t task = group / p.heads, h = group % p.heads;

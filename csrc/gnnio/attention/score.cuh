@@ -17,6 +17,7 @@
 
 #include "gnnio/attention/dropout.h"
 #include "gnnio/attention/params.h"
+#include "gnnio/common/cache_hint.cuh"
 #include "gnnio/common/convert.cuh"
 #include "gnnio/common/cuda_check.h"
 #include "gnnio/common/vec.cuh"
@@ -143,7 +144,7 @@ __device__ inline void load_key(const AttentionParams& p, const Group<L>& g, int
   if constexpr (K == ScoreKind::kGat) {
     const auto* ss = static_cast<const scalar_t*>(p.src_score);
     const auto* es = static_cast<const scalar_t*>(p.edge_score);
-    kk[0] = to_acc(ss[j * H + h]) + (es ? to_acc(es[k * H + h]) : 0.0f);
+    kk[0] = to_acc(load_evict_last(ss + j * H + h)) + (es ? to_acc(es[k * H + h]) : 0.0f);
     return;
   }
   const int64_t c0 = int64_t(g.sub) * CPL;
