@@ -354,19 +354,17 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(Atte
     for (int u = 0; u < U; ++u) {
       const int64_t i = dst_of.get(g, u0, u);
       k[u] = slot_of.get(g, u0, u);
-      // The destination's scalars (its score, stats and D: 8-16 bytes each at random, 48-64 MB
-      // over all rows) are read with L2 priority evict_last, against the dout rows streaming by.
       if constexpr (K == ScoreKind::kGat) {
         const auto* ds = static_cast<const scalar_t*>(p.dst_score);
-        d[u].score = ds ? to_acc(load_evict_last(ds + i * H + h)) : 0.0f;
+        d[u].score = ds ? to_acc(ds[i * H + h]) : 0.0f;
       } else {
         load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.query) + (i * H + h) * C, c0, C, vec, d[u].q);
       }
       load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(b.grad_out) + (i * H + h) * C, c0, C, vec, gi[u]);
-      const float2 st = load_evict_last(reinterpret_cast<const float2*>(static_cast<const float*>(p.stats) + (i * H + h) * 2));
+      const float2 st = *reinterpret_cast<const float2*>(static_cast<const float*>(p.stats) + (i * H + h) * 2);
       m[u] = st.x;
       s[u] = st.y;
-      delta[u] = load_evict_last(static_cast<const float*>(b.delta) + i * H + h);
+      delta[u] = static_cast<const float*>(b.delta)[i * H + h];
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
