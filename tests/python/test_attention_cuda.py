@@ -55,15 +55,43 @@ def operands(kind, ns, nd, e, edge_terms, dtype, gen):
     return rand(ns, H, C), ops
 
 
-def reference(ei, ns, nd, kind, value, ops, slope, scale, keep):
-    """Every score materialised, softmax by scatter (the max is a constant shift: detached)."""
+def kernel_positive(ei, kind, ops):
+    """Where the kernels' float32 LeakyReLU input is positive, for GAT (src + edge score, then +
+    dst score) and GATv2 (key + edge key, then + query), added in the kernels' order: the side of
+    the kink each (edge, head[, channel]) takes there. LeakyReLU has no derivative at 0, and an
+    input within a rounding of 0 can take either side in float32 and the other in a float64
+    computation from the same operands: its gradient terms then differ by (1 - slope) of their
+    size, far beyond rounding (one entry in ~100 draws of test_cuda_delta_in_pass_a's 2.6M
+    channel inputs, NOTES v14). A reference given this mask differentiates on the kernel's
+    side; its values differ from LeakyReLU's by (1 - slope) |z| there, a rounding."""
+    src, dst = ei[0].long().cpu(), ei[1].long().cpu()
+    f = lambda t: t.detach().cpu().float()  # noqa: E731  (the kernels' to_acc)
+    if kind == "gat":
+        raw = f(ops["src_score"])[src]
+        if "edge_score" in ops:
+            raw = raw + f(ops["edge_score"])
+        return raw + f(ops["dst_score"])[dst] > 0
+    kk = f(ops["key"])[src]
+    if "edge_key" in ops:
+        kk = kk + f(ops["edge_key"])
+    return kk + f(ops["query"])[dst] > 0
+
+
+def reference(ei, ns, nd, kind, value, ops, slope, scale, keep, positive=None):
+    """Every score materialised, softmax by scatter (the max is a constant shift: detached).
+    positive: kernel_positive's mask, for LeakyReLU's side of the kink (default: its own)."""
     src, dst = ei[0].long(), ei[1].long()
+
+    def leaky(z):
+        if positive is None:
+            return F.leaky_relu(z, slope)
+        return torch.where(positive.to(z.device), z, z * slope)
     if kind == "gat":
         raw = ops["src_score"][src] + ops["dst_score"][dst] + ops.get("edge_score", 0)
-        e = F.leaky_relu(raw, slope)
+        e = leaky(raw)
     elif kind == "gatv2":
         z = ops["key"][src] + ops["query"][dst] + ops.get("edge_key", 0)
-        e = (ops["att"] * F.leaky_relu(z, slope)).sum(-1)
+        e = (ops["att"] * leaky(z)).sum(-1)
     else:
         e = (ops["query"][dst] * (ops["key"][src] + ops.get("edge_key", 0))).sum(-1) * scale
     m = torch.full((nd, H), float("-inf"), dtype=e.dtype, device=e.device)
@@ -98,12 +126,14 @@ def test_matches_materialised_reference(graph_name, kind, edge_terms, dropout, d
         # Binomial: E * H draws, sd = sqrt(p (1 - p) / (E H)) < 0.002 here; 5 sd.
         assert abs(dropped - dropout) < 5 * (dropout * (1 - dropout) / weights.numel()) ** 0.5
     gout = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    positive = kernel_positive(ei, kind, ops) if kind != "dot" else None
     results = {}
     for label, prec in (("theirs", dtype), ("exact", torch.float64)):
         ref_leaves = {k: v.detach().to(prec).requires_grad_() for k, v in leaves.items()}
         ref_v = v_cuda.detach().to(prec).requires_grad_()
         k = keep if isinstance(keep, float) else keep.to(prec)
-        ref = reference(graph.edge_index.cuda(), ns, nd, kind, ref_v, ref_leaves, slope, scale, k)
+        ref = reference(graph.edge_index.cuda(), ns, nd, kind, ref_v, ref_leaves, slope, scale, k,
+                        positive)
         grads = torch.autograd.grad(ref, [ref_v] + list(ref_leaves.values()), gout.cuda().to(prec),
                                     allow_unused=True)
         results[label] = (ref, grads)
@@ -490,8 +520,9 @@ def test_cuda_delta_in_pass_a(monkeypatch, kind, graph_name, dropout, dtype, in_
     None, or GNNIO_{GATV2,DOT}_DELTA_IN_PASS_A=1: sums relative to a shift, corrected once D_i is
     known; a super node's items corrected in merge_online_kernel) or by delta_kernel from the
     kept out (=0), with edge terms that need no gradient (with one, pass A needs D_i at each
-    slot and keeps the other path), dropout, fp32 and bf16. Against float64 on the CPU from the same rounded
-    operands: fp32 accumulation over up to L terms, sqrt(L) eps32 (4x margin), plus one
+    slot and keeps the other path), dropout, fp32 and bf16. Against float64 on the CPU from the
+    same rounded operands (GATv2: materialised, on the kernels' side of LeakyReLU's kink,
+    kernel_positive): fp32 accumulation over up to L terms, sqrt(L) eps32 (4x margin), plus one
     rounding to the output dtype, of the scale of each gradient. Pass A's sums relative to the
     shift s: s is the plain mean r g of the row's first step, then after every step the
     p-weighted mean r g so far, so it lies within the row's range of r g, and a term's
@@ -518,9 +549,16 @@ def test_cuda_delta_in_pass_a(monkeypatch, kind, graph_name, dropout, dtype, in_
     grads = torch.autograd.grad(out, leaves, dout.cuda())
     ge = gnnio.Graph(ei, size=(ns, nd))
     ref = [value.double().requires_grad_()] + [ops[k].double().requires_grad_() for k in names[1:]]
-    out_e = gnnio.ops.graph_attention(ge, kind, ref[0], dropout=dropout, seed=5,
-                                      **{k: t.double() for k, t in edge_ops.items()},
-                                      **dict(zip(names[1:], ref[1:])))
+    ref_ops = dict(zip(names[1:], ref[1:]), **{k: t.double() for k, t in edge_ops.items()})
+    if kind == "gatv2":  # materialised, on the kernel's side of LeakyReLU's kink (kernel_positive)
+        _, weights = gnnio.ops.graph_attention(ge, kind, ref[0].detach(), dropout=dropout, seed=5,
+                                               return_weights=True,
+                                               **{k: t.detach() for k, t in ref_ops.items()})
+        keep = (weights != 0).double() / (1 - dropout) if dropout else 1.0  # the same draws
+        out_e = reference(ei, ns, nd, kind, ref[0], ref_ops, 0.2, 1.0, keep,
+                          kernel_positive(ei, kind, ops))
+    else:
+        out_e = gnnio.ops.graph_attention(ge, kind, ref[0], dropout=dropout, seed=5, **ref_ops)
     want = torch.autograd.grad(out_e, ref, dout.double())
     degrees = [torch.bincount(ei[r], minlength=1).max().item() for r in (0, 1)]
     out_eps = torch.finfo(dtype).eps
