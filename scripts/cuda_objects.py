@@ -106,7 +106,7 @@ def main():
                         "-o", os.path.join(out, object_name(src))], cwd=ROOT, check=True)
         return src, time.time() - started
 
-    # Largest first: cuda_backward.cu alone is most of the wall time.
+    # Largest first: the attention backward (cuda_backward.cu, then its pass B) is most of the wall time.
     sources = sorted(kernel_sources(), key=lambda s: os.path.getsize(os.path.join(ROOT, s)),
                      reverse=True)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:

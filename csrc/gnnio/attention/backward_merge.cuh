@@ -1,4 +1,5 @@
-// Row helpers and the merge kernels of the attention backward (included by cuda_backward.cu).
+// Row helpers and the merge kernels of the attention backward (included through backward_common.cuh
+// by cuda_backward.cu and cuda_backward_pass_b.cu; each object keeps its own merge instances).
 //
 // A heavy row of either CSR is split into work items; each item leaves its partial sums in the
 // workspace and one block per (heavy row, head) adds them in a fixed tree (lane group q takes
