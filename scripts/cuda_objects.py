@@ -9,7 +9,12 @@ before and after the compile (an edit meanwhile leaves no MANIFEST). setup.py re
 whose manifest does not match the tree it builds: a stale kernel would pass every binding check
 and test the wrong code.
 
-    python scripts/cuda_objects.py .cuda_objects [--jobs 2]
+    python scripts/cuda_objects.py .cuda_objects [--jobs 2] [--full]
+
+An object whose source and every file under csrc/gnnio it includes (nvcc -M) hash as the
+folder's previous MANIFEST recorded them, under the same flags and nvcc, is kept rather than
+compiled again (--full compiles all): after an edit to one kernel file only its objects are
+rebuilt (cuda_forward.cu: ~1 minute here instead of the ~5 of all seven).
 
 The H200 device machine sets CC=/opt/gcc/bin/gcc, so its torch passes `-ccbin /opt/gcc/bin/gcc`
 and a folder built without it is refused there (the flags line differs). To build one it takes:
@@ -73,6 +78,30 @@ def manifest(flags):
     return "\n".join(lines) + "\n"
 
 
+def parse_manifest(text):
+    """(flags and nvcc lines, {path: sha256}) of a MANIFEST's text."""
+    lines = text.splitlines()
+    hashes = {}
+    for line in lines[2:]:
+        digest, path = line.split("  ", 1)
+        hashes[path] = digest
+    return lines[:2], hashes
+
+
+def dependencies(nvcc, flags, source):
+    """The files under csrc/gnnio that source includes, directly or not, and source itself."""
+    deps = subprocess.run([nvcc, *flags, f"-I{os.path.join(ROOT, 'csrc')}", "-M", source],
+                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    found = {source}
+    for word in deps.replace("\\\n", " ").split():
+        if word.endswith(":"):
+            continue
+        path = os.path.relpath(os.path.realpath(os.path.join(ROOT, word)), ROOT)
+        if path.startswith("csrc/gnnio/"):
+            found.add(path)
+    return sorted(found)
+
+
 def prebuilt_objects(folder):
     """The objects setup.py links from folder, after checking its MANIFEST against this tree."""
     try:
@@ -90,18 +119,32 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="folder for the objects and MANIFEST")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--full", action="store_true", help="compile every object, keep none")
     args = parser.parse_args()
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     recorded = os.path.join(out, "MANIFEST")
+    previous = None
     if os.path.exists(recorded):  # until every object is rebuilt, the folder matches no tree
+        with open(recorded) as f:
+            previous = parse_manifest(f.read())
         os.remove(recorded)
     flags = nvcc_flags()
     nvcc = nvcc_path()
     before = manifest(flags)
+    head, hashes = parse_manifest(before)
+
+    def current(src):  # the object was built from what the tree holds now
+        if args.full or previous is None or previous[0] != head:
+            return False
+        if not os.path.exists(os.path.join(out, object_name(src))):
+            return False
+        return all(previous[1].get(dep) == hashes.get(dep) for dep in dependencies(nvcc, flags, src))
 
     def compile_one(src):
         started = time.time()
+        if current(src):
+            return src + " (kept: unchanged)", time.time() - started
         subprocess.run([nvcc, *flags, f"-I{os.path.join(ROOT, 'csrc')}", "-c", src,
                         "-o", os.path.join(out, object_name(src))], cwd=ROOT, check=True)
         return src, time.time() - started
