@@ -102,6 +102,13 @@ def dependencies(nvcc, flags, source):
     return sorted(found)
 
 
+def unchanged(previous, now, deps):
+    """Whether an object built under the MANIFEST text `previous` is current under `now`: the
+    same flags and nvcc, and every file in deps hashed the same."""
+    (head_before, before), (head_now, hashes) = parse_manifest(previous), parse_manifest(now)
+    return head_before == head_now and all(before.get(d) == hashes.get(d) is not None for d in deps)
+
+
 def prebuilt_objects(folder):
     """The objects setup.py links from folder, after checking its MANIFEST against this tree."""
     try:
@@ -127,19 +134,16 @@ def main():
     previous = None
     if os.path.exists(recorded):  # until every object is rebuilt, the folder matches no tree
         with open(recorded) as f:
-            previous = parse_manifest(f.read())
+            previous = f.read()
         os.remove(recorded)
     flags = nvcc_flags()
     nvcc = nvcc_path()
     before = manifest(flags)
-    head, hashes = parse_manifest(before)
 
     def current(src):  # the object was built from what the tree holds now
-        if args.full or previous is None or previous[0] != head:
+        if args.full or previous is None or not os.path.exists(os.path.join(out, object_name(src))):
             return False
-        if not os.path.exists(os.path.join(out, object_name(src))):
-            return False
-        return all(previous[1].get(dep) == hashes.get(dep) for dep in dependencies(nvcc, flags, src))
+        return unchanged(previous, before, dependencies(nvcc, flags, src))
 
     def compile_one(src):
         started = time.time()

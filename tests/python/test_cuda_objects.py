@@ -63,3 +63,34 @@ def test_the_manifest_hashes_every_kernel_file(tmp_path, monkeypatch):
     header = copy / "csrc" / "gnnio" / "common" / "row_split.h"
     header.write_text(header.read_text() + "\n")
     assert cuda_objects.manifest(flags) != before
+
+
+def test_dependencies_are_the_included_kernel_files():
+    """nvcc -M's list, kept to csrc/gnnio: the forward kernel includes score.cuh and vec.cuh (via
+    score.cuh), not the backward's files."""
+    flags = cuda_objects.nvcc_flags()
+    deps = cuda_objects.dependencies(cuda_objects.nvcc_path(), flags,
+                                     "csrc/gnnio/attention/cuda_forward.cu")
+    assert "csrc/gnnio/attention/cuda_forward.cu" in deps
+    assert {"csrc/gnnio/attention/score.cuh", "csrc/gnnio/common/vec.cuh"} <= set(deps)
+    assert "csrc/gnnio/attention/backward_common.cuh" not in deps
+    assert all(d.startswith("csrc/gnnio/") for d in deps)
+
+
+@pytest.mark.parametrize("edit", ["none", "a dependency", "another file", "flags"])
+def test_an_object_is_kept_only_if_its_files_and_flags_are_unchanged(edit):
+    """The rebuild keeps an object when its own files hash as recorded under the same flags
+    and nvcc; an edit anywhere else does not matter to it."""
+    before = cuda_objects.manifest(cuda_objects.nvcc_flags())
+    lines = before.splitlines()
+    paths = [line.split("  ", 1)[1] for line in lines[2:]]
+    deps, other = paths[:2], paths[2]
+    if edit == "a dependency":
+        lines[2] = "0" * 64 + lines[2][64:]
+    elif edit == "another file":
+        lines[4] = "0" * 64 + lines[4][64:]
+    elif edit == "flags":
+        lines[0] += " -G"
+    now = "\n".join(lines) + "\n"
+    assert other not in deps
+    assert cuda_objects.unchanged(before, now, deps) == (edit in ("none", "another file"))
