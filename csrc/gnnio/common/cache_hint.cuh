@@ -16,7 +16,8 @@ __device__ inline uint64_t l2_evict_last_policy() {
   return policy;
 }
 
-// *ptr, read through L2 with evict_last priority (2-, 4- and 8-byte types; others read plainly).
+// *ptr, read through L2 with evict_last priority (4- and 2-byte types, GAT's scores in float32
+// or 16 bits; others read plainly).
 template <typename T>
 __device__ inline T load_evict_last(const T* ptr) {
   if constexpr (sizeof(T) == 4) {
@@ -30,13 +31,6 @@ __device__ inline T load_evict_last(const T* ptr) {
     uint16_t bits;
     asm("ld.global.L2::cache_hint.b16 %0, [%1], %2;"
         : "=h"(bits) : "l"(ptr), "l"(l2_evict_last_policy()));
-    T v;
-    memcpy(&v, &bits, sizeof(T));
-    return v;
-  } else if constexpr (sizeof(T) == 8) {
-    uint64_t bits;
-    asm("ld.global.L2::cache_hint.b64 %0, [%1], %2;"
-        : "=l"(bits) : "l"(ptr), "l"(l2_evict_last_policy()));
     T v;
     memcpy(&v, &bits, sizeof(T));
     return v;
