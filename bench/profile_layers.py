@@ -19,6 +19,9 @@ def main():
     p.add_argument("--top", type=int, default=14)
     p.add_argument("--train", action="store_true",
                    help="profile the GATv2x3-train step instead of the layers")
+    p.add_argument("--forward", action="store_true",
+                   help="profile the forward alone, as gnnio.bench times it (autograd on), with CPU "
+                        "activity and the GPU's busy time against the wall time; warn on syncs")
     p.add_argument("--ncu", action="store_true",
                    help="no torch.profiler: mark the measured call with cudaProfilerStart/Stop, "
                         "for `ncu --profile-from-start off` (scripts/device_session.sh's NCU)")
@@ -37,11 +40,37 @@ def main():
             gout = torch.randn_like(out) if gout is None else gout
             out.backward(gout)
         torch.cuda.synchronize()
+        if args.forward:
+            profile_forward(args, name, lambda: layer(x, ei))
+            continue
         with measured(args) as prof:
             out = layer(x, ei)
             out.backward(gout)
             torch.cuda.synchronize()
         print_top(prof, f"{name} on {args.graph}: one forward + backward", args.top)
+
+
+def profile_forward(args, name, forward):
+    """One forward under torch.profiler (CPU and CUDA), after a pass under sync debug mode
+    (a host sync inside the forward would leave the GPU idle while Python catches up)."""
+    torch.cuda.set_sync_debug_mode("warn")
+    forward()
+    torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start.record()
+        forward()
+        end.record()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(e.device_time for e in kernels) / 1e3
+    print(f"=== {name} on {args.graph}: one forward, events {start.elapsed_time(end):.3f} ms, "
+          f"GPU busy {busy:.3f} ms in {len(kernels)} kernels")
+    for e in sorted(kernels, key=lambda e: e.time_range.start):
+        print(f"  {e.time_range.start / 1e3:9.3f} ms  {e.device_time / 1e3:7.3f} ms  {e.name[:100]}")
+    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=args.top,
+                                    max_name_column_width=80))
 
 
 @contextlib.contextmanager

@@ -4,7 +4,8 @@
 #   build + attention CUDA tests   scripts/device_attention.sh   (TEST_S; ATT_DTYPES rows, if any)
 #   planner study                  scripts/device_issue5.sh      (PLAN_S; 0 skips)
 #   profiles                       bench/profile_layers.py       (PROFILE_S each; PROFILES lists
-#                                  "train:<graph>" or "layers:<graph>:<layer,...>")
+#                                  "train:<graph>", "layers:<graph>:<layer,...>" or
+#                                  "forward:<graph>:<layer,...>")
 #   memory snapshots               bench/memory_snapshot.py      (SNAPSHOTS, like PROFILES)
 #   ncu                            bench/profile_layers.py --ncu under Nsight Compute (NCU_S; NCU lists
 #                                  "<graph>:<layer or train>:<kernel regex>"; --set full, clocks left alone)
@@ -30,10 +31,14 @@ fi
 mkdir -p "$ROOT/profiles"
 for spec in ${PROFILES:-}; do
   IFS=: read -r kind graph layers <<< "$spec"
-  if [ "$kind" = train ]; then args=(--train); else args=(--layers "$layers"); fi
+  case "$kind" in
+    train) args=(--train) ;;
+    forward) args=(--forward --layers "$layers") ;;
+    *) args=(--layers "$layers") ;;
+  esac
   timeout "${PROFILE_S:-60}" python3 bench/profile_layers.py --graph "$graph" "${args[@]}" --top 18 \
     > "$ROOT/profiles/$kind-$graph.log" 2>&1 || echo "profile $spec: stopped (rc $?)"
-  cat "$ROOT/profiles/$kind-$graph.log" | cut -c1-150 | grep -v "^-\|^$" | head -30
+  cat "$ROOT/profiles/$kind-$graph.log" | cut -c1-150 | grep -v "^-\|^$" | head -"${PROFILE_LINES:-30}"
   stamp "profile $spec"
 done
 for spec in ${SNAPSHOTS:-}; do  # "train:<graph>" or "layer:<graph>:<layer>"
