@@ -97,8 +97,9 @@ TORCH_LIBRARY(gnnio, m) {
   // Fused graph attention over csr_by_dst (online softmax; gnnio/attention/params.h): kind
   // 0 = GAT, 1 = GATv2, 2 = dot product (Transformer). out [num_dst, H, C], stats [num_dst, H, 2]
   // = (max, sum) of each softmax, weights [E, H] in slot order when need_weights (else empty),
-  // out_acc [num_dst, H, C] float32 = out before rounding when save_out_acc and the values are
-  // bf16/fp16 (else empty; the autograd asks for it to form the backward's D_i unrounded).
+  // out_acc [num_dst, H, C] float32 = out before rounding and before the bias when save_out_acc
+  // and the values are bf16/fp16, or float32 on CUDA (else empty; the autograd asks for it to
+  // form the backward's D_i from the attention output alone, unrounded).
   // (rowptr_t, col_t, t2c) is the transpose, read only by the backward pass; the heavy_* and
   // light_max_* arguments are the planner's super-node split (CUDA; gnnio.plan.plan_attention).
   // bias [H * C] (value's dtype), when given, is added to every row of out (not of out_acc): a

@@ -86,7 +86,9 @@ def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_s
                           backward_in_place=False):
     acc = torch.float64 if value.dtype == torch.float64 else torch.float32
     heads, channels = value.size(1), value.size(2)
-    keep_acc = save_out_acc and value.dtype in (torch.float16, torch.bfloat16)
+    # attention_common.h's out_acc_available: bf16/fp16, or float32 on CUDA (out before the bias)
+    keep_acc = save_out_acc and (value.dtype in (torch.float16, torch.bfloat16)
+                                 or (value.dtype == torch.float32 and value.device.type == "cuda"))
     return (value.new_empty(num_dst, heads, channels), value.new_empty(num_dst, heads, 2, dtype=acc),
             value.new_empty(col.numel() if need_weights else 0, heads, dtype=acc),
             value.new_empty((num_dst, heads, channels) if keep_acc else (0,), dtype=acc))

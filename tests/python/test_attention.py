@@ -319,6 +319,30 @@ def test_return_attention_weights_flag_semantics():
     assert isinstance(ours(x, ei, return_attention_weights=None), torch.Tensor)
 
 
+@pytest.mark.parametrize("inputs", ["shared", "pair", "bipartite"])
+@pytest.mark.parametrize("heads,channels", [(2, 3), (3, 4)])  # 18 or 28 rows: 6 / 4 zero rows
+def test_gat_conv_gradcheck_float64(inputs, heads, channels):
+    """GATConv in float64 against finite differences, in x and every parameter: the scores
+    folded into the linear (one GEMM on [W; att_src^T W; att_dst^T W; 0-rows], read as views,
+    their gradients put side by side for the backward GEMMs), and x_dst's score alone for a
+    bipartite layer."""
+    ei, n = random_graph(8, 30, generator=torch.Generator().manual_seed(41))
+    in_channels = (4, 3) if inputs == "bipartite" else 4
+    layer = gnnio.nn.GATConv(in_channels, channels, heads=heads).double()
+    names = [k for k, p in layer.named_parameters()]
+    gen = torch.Generator().manual_seed(42)
+    params = [(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.5).requires_grad_()
+              for p in layer.parameters()]
+    xs = torch.randn(n, 4, generator=gen, dtype=torch.float64).requires_grad_()
+    xd = torch.randn(n, 3 if inputs == "bipartite" else 4, generator=gen,
+                     dtype=torch.float64).requires_grad_()
+
+    def f(xs, xd, *ps):
+        x = xs if inputs == "shared" else (xs, xd)
+        return torch.func.functional_call(layer, dict(zip(names, ps)), (x, ei))
+    assert torch.autograd.gradcheck(f, [xs, xd] + params)
+
+
 # -- the op: reference, gradcheck ---------------------------------------------------------------
 
 class _Spy:

@@ -188,8 +188,9 @@ def bias_sum_bound(gout):
 
 def check_output_bias(graph, kind, ops, bias, grad):
     """graph_attention(bias=b) is graph_attention() + b, bit for bit: the kernel adds the bias in
-    its store of out when nothing keeps out (no gradient; GATv2 on CUDA), the autograd adds it to
-    a new tensor when out is kept for D_i. Gradients: every operand's the same bits as the
+    its store of out when nothing keeps out (no gradient; GATv2 on CUDA) or when out_acc keeps
+    the attention output alone for D_i (bf16/fp16, and float32 on CUDA); the autograd adds it to
+    a new tensor when out itself is kept (the CPU). Gradients: every operand's the same bits as the
     unbiased op's followed by ``+ b`` (the backward reads the same stats and out), d b the column
     sum of d out within two summation orders' bound."""
     heads, channels = ops["value"].shape[1:]
@@ -211,6 +212,82 @@ def check_output_bias(graph, kind, ops, bias, grad):
             assert ((a - w).abs() <= bias_sum_bound(gout)).all()
         else:
             assert torch.equal(a, w), name
+
+
+def packed_rows(ops, pad):
+    """value, src_score and (if given) dst_score as column slices of one [N, H * C + 2H + pad]
+    matrix per side (GATConv's projection with its folded scores), and that matrix's leaf."""
+    value, src = ops["value"], ops["src_score"]
+    n, heads, channels = value.shape
+    hc = heads * channels
+    wide = torch.cat([value.reshape(n, hc), src, torch.zeros(n, heads + pad, dtype=value.dtype,
+                                                             device=value.device)], 1)
+    wide = wide.detach().requires_grad_()
+    packed = dict(ops, value=wide[:, :hc].view(n, heads, channels), src_score=wide[:, hc:hc + heads])
+    dst_wide = None
+    if "dst_score" in ops:
+        dst_wide = torch.cat([ops["dst_score"], torch.zeros(ops["dst_score"].size(0), pad + 1,
+                              dtype=value.dtype, device=value.device)], 1).detach().requires_grad_()
+        packed["dst_score"] = dst_wide[:, :heads]
+    return packed, wide, dst_wide
+
+
+def check_strided_rows(graph, ops, pad, **kwargs):
+    """graph_attention reads value, src_score and dst_score given as row-strided column slices in
+    place (params.h's row strides): out and every gradient are the contiguous call's bits, and the
+    gradients come back into the wide matrices' columns (zeros in the others)."""
+    heads, channels = ops["value"].shape[1:]
+    hc = heads * channels
+    leaves = {k: t.detach().requires_grad_() for k, t in ops.items()}
+    want = gnnio.ops.graph_attention(graph, "gat", **leaves, **kwargs)
+    packed, wide, dst_wide = packed_rows({k: t.detach() for k, t in ops.items()}, pad)
+    assert packed["value"].stride(0) == hc + 2 * heads + pad  # a view, not a copy
+    others = {k: t.detach().requires_grad_() for k, t in ops.items()
+              if k not in ("value", "src_score", "dst_score")}  # edge_score
+    got = gnnio.ops.graph_attention(graph, "gat", **dict(packed, **others), **kwargs)
+    assert torch.equal(got, want)
+    gout = torch.randn(got.shape, generator=torch.Generator().manual_seed(12)).to(got)
+    g_want = dict(zip(leaves, torch.autograd.grad(want, list(leaves.values()), gout)))
+    wides = [wide] + ([dst_wide] if dst_wide is not None else [])
+    g_got = torch.autograd.grad(got, wides + list(others.values()), gout)
+    n = wide.size(0)
+    assert torch.equal(g_got[0][:, :hc], g_want["value"].reshape(n, hc))
+    assert torch.equal(g_got[0][:, hc:hc + heads], g_want["src_score"])
+    assert not g_got[0][:, hc + heads:].any()
+    if dst_wide is not None:
+        assert torch.equal(g_got[1][:, :heads], g_want["dst_score"])
+        assert not g_got[1][:, heads:].any()
+    for name, g in zip(others, g_got[len(wides):]):
+        assert torch.equal(g, g_want[name]), name
+
+
+@pytest.mark.parametrize("pad", [0, 3])
+@pytest.mark.parametrize("options", [{}, {"dropout": 0.3, "seed": 5}, {"bias": True}])
+@pytest.mark.parametrize("optional", [(), ("dst_score",), ("dst_score", "edge_score")])
+def test_strided_value_and_scores_read_in_place(optional, options, pad):
+    ei, n = random_graph(40, 300, generator=torch.Generator().manual_seed(31))
+    graph = gnnio.Graph(ei, num_nodes=n + 2)  # two empty rows
+    gen = torch.Generator().manual_seed(torch.seed())
+    ops = make_operands("gat", optional, graph, 3, 4, torch.float32, gen)
+    kwargs = dict(options)
+    if kwargs.pop("bias", False):
+        kwargs["bias"] = torch.randn(12, generator=gen)
+    check_strided_rows(graph, ops, pad, **kwargs)
+
+
+def test_overlapping_rows_are_refused_by_the_op_and_copied_by_graph_attention():
+    ei, n = random_graph(10, 40, generator=torch.Generator().manual_seed(32))
+    graph = gnnio.Graph(ei, num_nodes=n)
+    base = torch.randn(n * 2 + 8)
+    value = base.as_strided((n, 2, 2), (2, 2, 1))  # rows overlap: heads share memory
+    src = torch.randn(n, 2)
+    f, t = graph.csr_by_dst, graph.csr_by_src
+    with pytest.raises(ValueError, match="contiguous rows"):
+        torch.ops.gnnio.graph_attention(f.rowptr, f.col, 0, value, src, None, None, None, None,
+                                        None, None, None, n, 0.2, 1.0, 0.0, 0, False, t.rowptr,
+                                        t.col, graph.src_slot_to_dst_slot)
+    got = gnnio.ops.graph_attention(graph, "gat", value, src_score=src)
+    assert torch.equal(got, gnnio.ops.graph_attention(graph, "gat", value.contiguous(), src_score=src))
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -425,7 +502,8 @@ def test_backward_refuses_key_into_value_when_key_is_not_value():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_fake_out_acc_only_for_low_precision(dtype):
     # The fake kernel's out_acc (torch.compile's view): float32 [N, H, C] for bf16/fp16 values
-    # when the autograd asks for it, else empty; the kernels follow the same rule.
+    # when the autograd asks for it, else empty on the CPU (float32 on CUDA keeps it too: out
+    # before the bias); the kernels follow the same rule.
     from torch._subclasses.fake_tensor import FakeTensorMode
     ei, n = random_graph(10, 30)
     g = gnnio.Graph(ei, num_nodes=n)
