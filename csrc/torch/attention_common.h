@@ -41,23 +41,13 @@ inline at::ScalarType accumulator_dtype(const at::Tensor& value) {
 
 inline const void* ptr_or_null(const OptTensor& t) { return t.has_value() ? t->data_ptr() : nullptr; }
 
-// The row stride (elements) of a tensor whose rows (dim 0) are each contiguous and do not
-// overlap, or -1: value and GAT's scores may be such views (params.h's row strides).
-inline int64_t row_stride_of(const at::Tensor& t) {
-  const int64_t rows = t.size(0), row = rows > 0 ? t.numel() / rows : 0;
-  if (rows == 0 || row == 0) return row;
-  if (!t.select(0, 0).is_contiguous()) return -1;
-  if (rows == 1) return row;
-  return t.stride(0) >= row ? t.stride(0) : -1;
-}
-
 inline AttentionParams attention_params(const AttentionInputs& in) {
   check_csr(in.rowptr, in.col, in.num_dst, "graph_attention");
   TORCH_CHECK_VALUE(in.kind >= 0 && in.kind <= 2, text("graph_attention: kind must be 0, 1 or 2, got ", in.kind));
   const at::Tensor& v = in.value;
-  TORCH_CHECK_VALUE(v.dim() == 3 && row_stride_of(v) >= 0,
-                    text("graph_attention: value must be [num_src, heads, channels] with contiguous "
-                         "rows, got ", sizes_text(v.sizes()), " with strides ", sizes_text(v.strides())));
+  TORCH_CHECK_VALUE(v.dim() == 3 && v.is_contiguous(),
+                    text("graph_attention: value must be contiguous [num_src, heads, channels], got ",
+                         sizes_text(v.sizes())));
   TORCH_CHECK_VALUE(in.dropout >= 0.0 && in.dropout < 1.0, "graph_attention: dropout must be in [0, 1)");
   const int64_t ns = v.size(0), H = v.size(1), C = v.size(2), nd = in.num_dst, nnz = in.col.numel();
   const std::vector<int64_t> shapes[8] = {{ns, H}, {nd, H}, {nnz, H}, {nd, H, C},
@@ -65,14 +55,9 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
   for (int i = 0; i < 8; ++i) {
     const OptTensor& t = in.operands[i];
     if (!t.has_value()) continue;
-    // src_score and dst_score may have a row stride, as value (params.h); the others are contiguous.
-    const bool strided_rows = i == kSrcScore || i == kDstScore;
-    const bool layout_ok = strided_rows ? t->dim() == 2 && row_stride_of(*t) >= 0 : t->is_contiguous();
-    TORCH_CHECK_VALUE(t->sizes() == at::IntArrayRef(shapes[i]) && layout_ok,
-                      text("graph_attention: ", kOperandNames[i], " must be ",
-                           strided_rows ? "" : "contiguous ", sizes_text(shapes[i]),
-                           strided_rows ? " with contiguous rows" : "", ", got ",
-                           sizes_text(t->sizes()), " with strides ", sizes_text(t->strides())));
+    TORCH_CHECK_VALUE(t->sizes() == at::IntArrayRef(shapes[i]) && t->is_contiguous(),
+                      text("graph_attention: ", kOperandNames[i], " must be contiguous ",
+                           sizes_text(shapes[i]), ", got ", sizes_text(t->sizes())));
     TORCH_CHECK_TYPE(t->scalar_type() == v.scalar_type(),
                      text("graph_attention: ", kOperandNames[i], " must have value's dtype"));
     check_same_device(*t, kOperandNames[i], v, "value");
@@ -109,9 +94,6 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
   p.att = ptr_or_null(op[kAtt]);
   p.edge_value = ptr_or_null(op[kEdgeValue]);
   p.value = v.data_ptr();
-  p.value_row_stride = row_stride_of(v);
-  if (op[kSrcScore].has_value()) p.src_score_row_stride = row_stride_of(*op[kSrcScore]);
-  if (op[kDstScore].has_value()) p.dst_score_row_stride = row_stride_of(*op[kDstScore]);
   p.negative_slope = in.negative_slope;
   p.scale = in.scale;
   p.dropout = in.dropout;
@@ -245,8 +227,7 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
                            "graph_attention backward");
   const auto acc = v.options().dtype(accumulator_dtype(v));
   auto alloc = [&](bool need, const at::Tensor& like) {
-    // Contiguous whatever like's strides (value may be a strided view): params.h's gradients.
-    return need ? at::empty(like.sizes(), like.options()) : at::empty({0}, v.options());
+    return need ? at::empty_like(like) : at::empty({0}, v.options());
   };
   g.value = needs[0] == 3 ? v : alloc(needs[0], v);
   b.grad_value = needs[0] ? g.value.data_ptr() : nullptr;
@@ -277,7 +258,7 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
       continue;
     }
     g.operands[i] = !need ? at::empty({0}, v.options())
-                    : (i == kKey && needs[i + 1] == 3) ? *in.operands[i] : at::empty(in.operands[i]->sizes(), in.operands[i]->options());
+                    : (i == kKey && needs[i + 1] == 3) ? *in.operands[i] : at::empty_like(*in.operands[i]);
     *slots[i] = need ? g.operands[i].data_ptr() : nullptr;
   }
   g.delta = out_is_delta ? out : at::empty({b.fwd.num_dst, b.fwd.heads}, acc);

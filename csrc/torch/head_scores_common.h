@@ -10,22 +10,10 @@ inline at::ScalarType head_scores_acc_dtype(const at::Tensor& x) {
   return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// x's row stride when each [heads, channels] row is contiguous and rows do not overlap, else -1.
-inline int64_t head_scores_row_stride(const at::Tensor& x) {
-  if (x.dim() != 3) return -1;
-  const int64_t row = x.size(1) * x.size(2);
-  if (x.size(0) <= 1 || row == 0) return row;
-  if (!x.select(0, 0).is_contiguous()) return -1;
-  return x.stride(0) >= row ? x.stride(0) : -1;
-}
-
-// The forward takes a contiguous x; the backward (strided_rows) also rows with a stride.
-inline void check_head_scores_inputs(const at::Tensor& x, const at::Tensor& att, const char* what,
-                                     bool strided_rows = false) {
-  TORCH_CHECK_VALUE(x.dim() == 3 && (strided_rows ? head_scores_row_stride(x) >= 0 : x.is_contiguous()),
-                    text(what, ": x must be ", strided_rows ? "" : "contiguous ",
-                         "[num_rows, heads, channels]", strided_rows ? " with contiguous rows" : "",
-                         ", got ", sizes_text(x.sizes()), " with strides ", sizes_text(x.strides())));
+inline void check_head_scores_inputs(const at::Tensor& x, const at::Tensor& att, const char* what) {
+  TORCH_CHECK_VALUE(x.dim() == 3 && x.is_contiguous(),
+                    text(what, ": x must be contiguous [num_rows, heads, channels], got ",
+                         sizes_text(x.sizes())));
   scalar_type_of(x, "head_scores: x");
   TORCH_CHECK_VALUE(att.dim() == 3 && att.is_contiguous() && att.size(0) >= 1 && att.size(0) <= 4 &&
                         att.size(1) == x.size(1) && att.size(2) == x.size(2),
@@ -57,7 +45,7 @@ inline HeadScoresParams head_scores_params(const at::Tensor& x, const at::Tensor
 inline HeadScoresBackwardParams head_scores_backward_params(
     const at::Tensor& x, const at::Tensor& att, const at::Tensor& grad_score, bool x_grad,
     bool att_grad, at::Tensor& grad_x, at::Tensor& att_partials) {
-  check_head_scores_inputs(x, att, "head_scores backward", /*strided_rows=*/true);
+  check_head_scores_inputs(x, att, "head_scores backward");
   const int64_t N = x.size(0), A = att.size(0), H = x.size(1), C = x.size(2);
   TORCH_CHECK_VALUE(grad_score.sizes() == at::IntArrayRef({A, N, H}) && grad_score.is_contiguous() &&
                         grad_score.scalar_type() == att.scalar_type(),
@@ -67,7 +55,7 @@ inline HeadScoresBackwardParams head_scores_backward_params(
   check_same_device(x, "x", grad_score, "grad_score");
   HeadScoresBackwardParams p;
   if (x_grad) {
-    grad_x = at::empty(x.sizes(), x.options());  // contiguous, whatever x's row stride
+    grad_x = at::empty_like(x);
     p.grad_x = grad_x.data_ptr();
   }
   if (att_grad) {
@@ -75,7 +63,6 @@ inline HeadScoresBackwardParams head_scores_backward_params(
     p.att_partials = att_partials.data_ptr();
   }
   p.x = x.data_ptr();
-  p.x_row_stride = head_scores_row_stride(x);
   p.att = att.data_ptr();
   p.grad_score = grad_score.data_ptr();
   p.scalar_type = scalar_type_of(x, "head_scores: x");

@@ -153,22 +153,13 @@ def _edge_term(t, graph, name, shape):
     return t[graph.csr_by_dst.perm.long()]
 
 
-def _with_contiguous_rows(t: torch.Tensor) -> torch.Tensor:
-    """t itself when each row (dim 0) is contiguous and rows do not overlap (a column slice of a
-    wider matrix, as GATConv's projection and scores), else a contiguous copy: the layouts the
-    kernels read for value, src_score and dst_score (params.h's row strides)."""
-    if t.numel() == 0 or t.size(0) == 1 or t.is_contiguous():
-        return t.contiguous()
-    return t if t[0].is_contiguous() and t.stride(0) >= t[0].numel() else t.contiguous()
-
-
-def _node_term(t, name, shape, strided_rows=False):
+def _node_term(t, name, shape):
     if t is None:
         return None
     if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
         raise ValueError(f"{name} must be a Tensor of shape {list(shape)}, got "
                          f"{list(t.shape) if isinstance(t, torch.Tensor) else type(t)}")
-    return _with_contiguous_rows(t) if strided_rows else t.contiguous()
+    return t.contiguous()
 
 
 def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
@@ -200,8 +191,6 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     (optional, value's dtype) on every row: a layer's output bias, added in the kernel's store of
     out (the same fl(out + bias) as a separate add, without a second pass over out).
 
-    ``value``, ``src_score`` and ``dst_score`` may be views with a row stride (each row
-    contiguous), read in place: e.g. column slices of one ``[N, H * C + 2H]`` projection.
     Per-edge operands are in the order of the edge_index the graph was built from. Only
     ``out [num_dst, H, C]`` and a per-(node, head) (max, sum) are stored; the backward pass
     recomputes the weights. Differentiable in every tensor operand. ``return_weights=True`` also
@@ -244,8 +233,8 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
         if kind == "gatv2" and att is None:
             raise ValueError("kind='gatv2' needs att [heads, channels]")
     edge_order = dict(edge_score=edge_score, edge_key=edge_key)  # before the move to slot order
-    src_score = _node_term(src_score, "src_score", (ns, heads), strided_rows=True)
-    dst_score = _node_term(dst_score, "dst_score", (nd, heads), strided_rows=True)
+    src_score = _node_term(src_score, "src_score", (ns, heads))
+    dst_score = _node_term(dst_score, "dst_score", (nd, heads))
     query = _node_term(query, "query", (nd, heads, channels))
     key = _node_term(key, "key", (ns, heads, channels))
     if att is not None:
@@ -287,7 +276,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     in_place = (bool(backward_in_place) and kind == "dot" and needs_grad and not return_weights
                 and value.is_cuda and not torch.compiler.is_compiling())
     out, stats, weights, _ = _ops.graph_attention(
-        fwd.rowptr, fwd.col, _KINDS[kind], _with_contiguous_rows(value), src_score, dst_score, edge_score,
+        fwd.rowptr, fwd.col, _KINDS[kind], value.contiguous(), src_score, dst_score, edge_score,
         query, key, edge_key, att, edge_value, nd, float(negative_slope), float(scale),
         float(dropout), int(seed or 0), kernel_weights, rowptr_t, col_t, t2c, *split,
         **({} if bias is None else dict(bias=bias)),

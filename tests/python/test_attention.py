@@ -320,12 +320,10 @@ def test_return_attention_weights_flag_semantics():
 
 
 @pytest.mark.parametrize("inputs", ["shared", "pair", "bipartite"])
-@pytest.mark.parametrize("heads,channels", [(2, 3), (3, 4)])  # 18 or 28 rows: 6 / 4 zero rows
+@pytest.mark.parametrize("heads,channels", [(2, 3), (3, 4)])
 def test_gat_conv_gradcheck_float64(inputs, heads, channels):
-    """GATConv in float64 against finite differences, in x and every parameter: the scores
-    folded into the linear (one GEMM on [W; att_src^T W; att_dst^T W; 0-rows], read as views,
-    their gradients put side by side for the backward GEMMs), and x_dst's score alone for a
-    bipartite layer."""
+    """GATConv in float64 against finite differences, in x (both sides) and every parameter:
+    the projection, both scores (head_scores), the attention op and the output bias."""
     ei, n = random_graph(8, 30, generator=torch.Generator().manual_seed(41))
     in_channels = (4, 3) if inputs == "bipartite" else 4
     layer = gnnio.nn.GATConv(in_channels, channels, heads=heads).double()

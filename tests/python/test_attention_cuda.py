@@ -13,8 +13,7 @@ import gnnio
 from conftest import assert_no_worse_than_reference
 from graphs import hub, random_graph
 from test_attention import _MODULES, _spy_on  # helpers, not tests
-from test_attention_op import (OP_CASES, OP_IDS, check_output_bias, check_strided_rows,
-                               make_operands as make_op_operands)
+from test_attention_op import OP_CASES, OP_IDS, check_output_bias, make_operands as make_op_operands
 
 EPS32 = torch.finfo(torch.float32).eps
 
@@ -705,17 +704,3 @@ def test_cuda_output_bias(graph_name, kind, grad, dtype):
     ops = {k: t.cuda() for k, t in dict(value=value, **ops).items()}
     bias = torch.randn(H * C, generator=gen).to(dtype).cuda()
     check_output_bias(gnnio.Graph(ei.cuda(), size=(ns, nd)), kind, ops, bias, grad)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("pad", [0, 1])  # 0: 16-byte rows (vector loads); 1: scalar loads
-@pytest.mark.parametrize("graph_name", ["random", "hub_in", "hub_out", "bipartite", "no_edges"])
-def test_cuda_strided_value_and_scores(graph_name, pad, dtype):
-    """value, src_score and dst_score as column slices of GATConv's [N, H * C + 2H (+ pad)]
-    projection, read in place by the forward, pass A and pass B (split hub rows both ways):
-    out and every gradient are the contiguous call's bits (test_attention_op.check_strided_rows)."""
-    ei, (ns, nd) = GRAPHS[graph_name]
-    gen = torch.Generator().manual_seed(torch.seed())
-    value, ops = operands("gat", ns, nd, ei.size(1), True, dtype, gen)
-    ops = {k: t.cuda() for k, t in dict(value=value, **ops).items()}
-    check_strided_rows(gnnio.Graph(ei.cuda(), size=(ns, nd)), ops, pad)

@@ -172,37 +172,6 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.gnnio.head_scores.default, (x, att))
 
 
-def check_strided_backward(x, att, g, pad):
-    """The backward op reads x given as a row-strided column slice in place (GATConv's projection
-    beside its scores in one GEMM's result): d x and d att are the contiguous x's bits."""
-    n, heads, channels = x.shape
-    wide = torch.zeros(n, heads * channels + pad, dtype=x.dtype, device=x.device)
-    wide[:, :heads * channels] = x.reshape(n, -1)
-    x_strided = wide[:, :heads * channels].view(n, heads, channels)
-    if n > 1 and pad:
-        assert not x_strided.is_contiguous()
-    backward = torch.ops.gnnio.head_scores_backward
-    for x_grad, att_grad in ((True, True), (True, False), (False, True)):
-        got = backward(x_strided, att, g, x_grad, att_grad)
-        want = backward(x.contiguous(), att, g, x_grad, att_grad)
-        for a, b in zip(got, want):
-            assert a.is_contiguous() and torch.equal(a, b)
-
-
-@pytest.mark.parametrize("pad", [0, 8, 3])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_backward_reads_strided_rows(dtype, pad):
-    gen = torch.Generator().manual_seed(torch.seed())
-    x, att, g = operands(130, 2, 4, 8, dtype, "cpu", gen)
-    check_strided_backward(x, att, g, pad)
-
-
-def test_backward_refuses_overlapping_rows():
-    x = torch.randn(44).as_strided((10, 2, 4), (4, 4, 1))  # rows overlap
-    with pytest.raises(ValueError, match="contiguous rows"):
-        torch.ops.gnnio.head_scores_backward(x, torch.randn(1, 2, 4), torch.randn(1, 10, 2), True, True)
-
-
 # --- CUDA --------------------------------------------------------------------------------------
 
 CUDA_SHAPES = SHAPES + [(300_000, 2, 4, 32), (100_003, 1, 8, 3), (4097, 2, 2, 200)]
@@ -268,12 +237,3 @@ def test_cuda_backward_paths_agree_bitwise(shape, dtype):
         grads.append(torch.autograd.grad(score, (leaf, att_leaf), g.to(score.dtype)))
     for vec, column in zip(*grads):
         assert torch.equal(vec, column)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("pad", [8, 3])  # 8: the 16-byte kernel (fp32 rows of 16-byte multiples); 3: the column kernel
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_backward_reads_strided_rows(dtype, pad):
-    gen = torch.Generator().manual_seed(torch.seed())
-    x, att, g = operands(300_000, 2, 4, 32, dtype, "cpu", gen)
-    check_strided_backward(x.cuda(), att.float().cuda(), g.float().cuda(), pad)

@@ -81,7 +81,6 @@ struct Operands {
   const T* att;
   const T* value;
   const T* edge_value;
-  int64_t value_stride, src_stride, dst_stride;  // row strides (params.h), 0 resolved
   double slope, scale;
   double dropout, keep_scale;  // keep_scale = 1 / (1 - dropout)
   uint64_t seed;
@@ -91,8 +90,6 @@ struct Operands {
   const T* vec(const T* base, int64_t r, int64_t h) const {
     return base ? base + (r * H + h) * C : nullptr;
   }
-  // value's row (j, h).
-  const T* value_row(int64_t j, int64_t h) const { return value + j * value_stride + h * C; }
   // The same, with zeros for an absent one.
   const T* row(const T* base, int64_t r, int64_t h) const {
     return base ? base + (r * H + h) * C : zeros.data();
@@ -100,8 +97,7 @@ struct Operands {
 
   // GAT's pre-activation: src_score_j + dst_score_i + edge_score_k.
   double gat_z(int64_t i, int64_t j, int64_t k, int64_t h) const {
-    return double(src_score[j * src_stride + h]) +
-           (dst_score ? double(dst_score[i * dst_stride + h]) : 0.0) +
+    return double(src_score[j * H + h]) + (dst_score ? double(dst_score[i * H + h]) : 0.0) +
            (edge_score ? double(edge_score[k * H + h]) : 0.0);
   }
 
@@ -148,11 +144,7 @@ Operands<T> operands(const AttentionParams& p) {
   auto cast = [](const void* v) { return static_cast<const T*>(v); };
   return {p.heads,          p.channels,          cast(p.src_score), cast(p.dst_score),
           cast(p.edge_score), cast(p.query),     cast(p.key),       cast(p.edge_key),
-          cast(p.att),      cast(p.value),       cast(p.edge_value),
-          p.value_row_stride ? p.value_row_stride : p.heads * p.channels,
-          p.src_score_row_stride ? p.src_score_row_stride : p.heads,
-          p.dst_score_row_stride ? p.dst_score_row_stride : p.heads,
-          p.negative_slope,
+          cast(p.att),      cast(p.value),       cast(p.edge_value), p.negative_slope,
           p.scale,          p.dropout,           1.0 / (1.0 - p.dropout), p.seed,
           std::vector<T>(std::max<int64_t>(p.channels, 0))};
 }
@@ -223,7 +215,7 @@ void forward(const AttentionParams& p) {
         const double r = in.keep(k, h);
         if (r == 0) continue;
         const double wr = w * r;
-        const T* vj = in.value_row(j, h);
+        const T* vj = in.vec(in.value, j, h);
         const T* ev = in.row(in.edge_value, k, h);
         for (int64_t c = 0; c < C; ++c) acc[c] += wr * (double(vj[c]) + double(ev[c]));
       }
@@ -259,7 +251,7 @@ SlotGrad slot_grad(const Operands<T>& in, int64_t i, int64_t j, int64_t k, int64
   const double r = in.keep(k, h);
   double gv = 0;
   if (r != 0) {  // a dropped weight has no value term: de_k = -p_k D_i
-    const T* vj = in.value_row(j, h);
+    const T* vj = in.vec(in.value, j, h);
     const T* ev = in.row(in.edge_value, k, h);
     gv = channel_sum(in.C,
                      [&](int64_t c) { return double(g_i[c]) * (double(vj[c]) + double(ev[c])); });

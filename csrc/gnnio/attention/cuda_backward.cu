@@ -471,8 +471,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
                                                   : part_b.base + b.split_t.num_items * H * stride;
         const size_t smem = (kMergeThreads / L) * stride * sizeof(float);
         const size_t smem_online = (kMergeThreads / L) * (p.channels > 0 ? 2 * p.channels : 2) * sizeof(float);
-        resolve_row_strides(q.fwd);
-        q.fwd.vector_io = rows_aligned(q.fwd, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
+        q.fwd.vector_io = rows_aligned(p, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
                                                 b.grad_edge_key, b.grad_edge_value});
         if (p.num_dst > 0 && !b.delta_ready && !online) {
           delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * H * L), kThreads, 0, s>>>(q);

@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(Atte
   // Source j's own operands are the same for every slot of the task: loaded once.
   float key_j[CPL] = {}, value_j[CPL], att[CPL] = {};
   if constexpr (K == ScoreKind::kGat) {
-    key_j[0] = to_acc(static_cast<const scalar_t*>(p.src_score)[j * p.src_score_row_stride + h]);
+    key_j[0] = to_acc(static_cast<const scalar_t*>(p.src_score)[j * H + h]);
   } else {
     load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.key) + (j * H + h) * C, c0, C, vec, key_j);
   }
@@ -36,8 +36,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(Atte
 #pragma unroll
     for (int t = 0; t < CPL; ++t) value_j[t] = key_j[t];
   } else {
-    load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + j * p.value_row_stride + h * C, c0, C,
-                                 vec, value_j);
+    load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + (j * H + h) * C, c0, C, vec, value_j);
   }
   if constexpr (K == ScoreKind::kGatV2)
     load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.att) + h * C, c0, C, vec, att);
@@ -61,7 +60,7 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(Atte
       k[u] = slot_of.get(g, u0, u);
       if constexpr (K == ScoreKind::kGat) {
         const auto* ds = static_cast<const scalar_t*>(p.dst_score);
-        d[u].score = ds ? to_acc(ds[i * p.dst_score_row_stride + h]) : 0.0f;
+        d[u].score = ds ? to_acc(ds[i * H + h]) : 0.0f;
       } else {
         load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.query) + (i * H + h) * C, c0, C, vec, d[u].q);
       }

@@ -301,8 +301,7 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
         constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
         AttentionParams q = p;
         q.split = split;
-        resolve_row_strides(q);
-        q.vector_io = rows_aligned(q, CPL, {});
+        q.vector_io = rows_aligned(p, CPL, {});
         set_dropout_test(q);
         const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
         dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {

@@ -31,10 +31,7 @@ struct HeadScoresParams {
 };
 
 struct HeadScoresBackwardParams {
-  const void* x = nullptr;           // as in the forward, but its rows may be strided:
-  // x's row stride in elements, 0 = heads * channels (contiguous). GATConv's projection is a
-  // column slice of the one GEMM that also gives its scores (gnnio/nn/conv/gat_conv.py).
-  int64_t x_row_stride = 0;
+  const void* x = nullptr;           // as in the forward
   const void* att = nullptr;         // as in the forward
   const void* grad_score = nullptr;  // [num_att, num_rows, heads] contiguous, accumulator type
   // d x[n, h, c] = sum_a grad_score[a, n, h] * att[a, h, c]: [num_rows, heads, channels] in x's

@@ -35,7 +35,6 @@ void backward(const HeadScoresBackwardParams& p) {
   auto* grad_x = static_cast<scalar_t*>(p.grad_x);
   auto* partials = static_cast<scalar_t*>(p.att_partials);
   const int64_t H = p.heads, C = p.channels, A = p.num_att, HC = H * C, NH = p.num_rows * H;
-  const int64_t x_stride = p.x_row_stride ? p.x_row_stride : HC;
   const int64_t chunks = head_score_chunks(p.num_rows);
 #pragma omp parallel for schedule(static) if (worth_threads(p.num_rows * HC * A))
   for (int64_t k = 0; k < chunks; ++k) {
@@ -46,7 +45,7 @@ void backward(const HeadScoresBackwardParams& p) {
     if (part)
       for (int64_t i = 0; i < A * HC; ++i) part[i] = 0;
     for (int64_t n = begin; n < end; ++n) {
-      const scalar_t* xr = x + n * x_stride;
+      const scalar_t* xr = x + n * HC;
       const scalar_t* gr = g + n * H;  // vector a's gradient at gr[a * N * H + h]
       for (int64_t j = 0; j < HC; ++j) {
         const int64_t h = j / C;

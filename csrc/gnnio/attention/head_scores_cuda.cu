@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kBackwardMaxThreads)
                                 const acc_type_t<scalar_t>* __restrict__ att,
                                 const acc_type_t<scalar_t>* __restrict__ grad_score,
                                 scalar_t* __restrict__ grad_x, acc_type_t<scalar_t>* __restrict__ partials,
-                                int64_t num_rows, int64_t x_stride, int heads, int channels, int num_att) {
+                                int64_t num_rows, int heads, int channels, int num_att) {
   using acc_t = acc_type_t<scalar_t>;
   const int64_t hc = int64_t(heads) * channels;
   const int64_t begin = int64_t(blockIdx.x) * kHeadScoreChunkRows;
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kBackwardMaxThreads)
     }
 #pragma unroll 4
     for (int64_t n = begin; n < end; ++n) {
-      const acc_t v = to_acc(x[n * x_stride + j]);
+      const acc_t v = to_acc(x[n * hc + j]);
       const acc_t* g = grad_score + n * heads + h;
       acc_t dx = acc_t(0);
 #pragma unroll
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(kBackwardMaxThreads)
                                     const acc_type_t<scalar_t>* __restrict__ grad_score,
                                     scalar_t* __restrict__ grad_x,
                                     acc_type_t<scalar_t>* __restrict__ partials, int64_t num_rows,
-                                    int64_t x_stride, int heads, int channels, int num_att) {
+                                    int heads, int channels, int num_att) {
   using acc_t = acc_type_t<scalar_t>;
   constexpr int V = 16 / sizeof(scalar_t);
   const int64_t hc = int64_t(heads) * channels, pieces = hc / V;
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kBackwardMaxThreads)
 #pragma unroll
       for (int r = 0; r < kBackwardRows; ++r) {  // loads first (past the end: row n0 again)
         const int64_t n = n0 + r < end ? n0 + r : n0;
-        xv[r] = load_vec<V>(x + n * x_stride + j0);
+        xv[r] = load_vec<V>(x + n * hc + j0);
 #pragma unroll
         for (int a = 0; a < kMaxAtt; ++a)  // vectors past num_att: vector 0's entry, unused
           ga[r][a] = grad_score[(int64_t(a < num_att ? a : 0) * num_rows + n) * heads + h];
@@ -273,14 +273,13 @@ template <typename scalar_t>
 void launch_backward(const HeadScoresBackwardParams& p, cudaStream_t stream) {
   using acc_t = acc_type_t<scalar_t>;
   const int64_t hc = p.heads * p.channels;
-  const int64_t x_stride = p.x_row_stride ? p.x_row_stride : hc;
   constexpr int V = 16 / sizeof(scalar_t);
-  if (x_stride % V == 0 && vector_width<scalar_t>(p.channels, {}, {p.x, p.grad_x}) == V) {  // grad_x may be null
+  if (vector_width<scalar_t>(p.channels, {}, {p.x, p.grad_x}) == V) {  // grad_x may be null
     const int threads = int(std::min<int64_t>(kBackwardMaxThreads, (hc / V + 31) / 32 * 32));
     head_scores_backward_vec_kernel<scalar_t><<<head_score_chunks(p.num_rows), threads, 0, stream>>>(
         static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
         static_cast<const acc_t*>(p.grad_score), static_cast<scalar_t*>(p.grad_x),
-        static_cast<acc_t*>(p.att_partials), p.num_rows, x_stride, int(p.heads), int(p.channels),
+        static_cast<acc_t*>(p.att_partials), p.num_rows, int(p.heads), int(p.channels),
         int(p.num_att));
     return;
   }
@@ -288,7 +287,7 @@ void launch_backward(const HeadScoresBackwardParams& p, cudaStream_t stream) {
   head_scores_backward_kernel<scalar_t><<<head_score_chunks(p.num_rows), threads, 0, stream>>>(
       static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
       static_cast<const acc_t*>(p.grad_score), static_cast<scalar_t*>(p.grad_x),
-      static_cast<acc_t*>(p.att_partials), p.num_rows, x_stride, int(p.heads), int(p.channels),
+      static_cast<acc_t*>(p.att_partials), p.num_rows, int(p.heads), int(p.channels),
       int(p.num_att));
 }
 

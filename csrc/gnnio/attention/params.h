@@ -58,15 +58,6 @@ struct AttentionParams {
   const void* value = nullptr;       // [num_src, H, C] (may alias key)
   const void* edge_value = nullptr;  // [nnz, H, C], optional
 
-  // Row strides, in elements, of value and of GAT's src_score and dst_score; 0 = contiguous
-  // (H * C, H), which the launchers resolve. Other operands are contiguous. GATConv's linear
-  // writes its projection and both scores as one [N, H * C + 2H] matrix (the attention vectors
-  // folded into the weight): value is its first H * C columns and src_score the next H, read
-  // in place, so a source's score sits next to its value row instead of in another array.
-  int64_t value_row_stride = 0;
-  int64_t src_score_row_stride = 0;
-  int64_t dst_score_row_stride = 0;
-
   double dropout = 0.0;  // probability of dropping an attention weight, in [0, 1)
   uint64_t seed = 0;
 

@@ -130,7 +130,7 @@ struct DstSide {
     if (p.att)
       load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.att) + h * C, c0, C, vec, att);
     const auto* ds = static_cast<const scalar_t*>(p.dst_score);
-    score = ds ? to_acc(ds[i * p.dst_score_row_stride + h]) : 0.0f;
+    score = ds ? to_acc(ds[i * p.heads + h]) : 0.0f;
   }
 };
 
@@ -144,8 +144,7 @@ __device__ inline void load_key(const AttentionParams& p, const Group<L>& g, int
   if constexpr (K == ScoreKind::kGat) {
     const auto* ss = static_cast<const scalar_t*>(p.src_score);
     const auto* es = static_cast<const scalar_t*>(p.edge_score);
-    kk[0] = to_acc(load_evict_last(ss + j * p.src_score_row_stride + h)) +
-            (es ? to_acc(es[k * H + h]) : 0.0f);
+    kk[0] = to_acc(load_evict_last(ss + j * H + h)) + (es ? to_acc(es[k * H + h]) : 0.0f);
     return;
   }
   const int64_t c0 = int64_t(g.sub) * CPL;
@@ -200,8 +199,7 @@ template <typename scalar_t, int L, int CPL>
 __device__ inline void load_value(const AttentionParams& p, const Group<L>& g, int64_t j,
                                   int64_t k, int64_t h, float (&v)[CPL]) {
   const int64_t H = p.heads, C = p.channels, c0 = int64_t(g.sub) * CPL;
-  load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + j * p.value_row_stride + h * C, c0, C,
-                               p.vector_io, v);
+  load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + (j * H + h) * C, c0, C, p.vector_io, v);
   if (p.edge_value) {
     float ev[CPL];
     load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.edge_value) + (k * H + h) * C, c0, C,
@@ -368,15 +366,8 @@ inline void set_dropout_test(AttentionParams& p) {
   p.dropout_scale = p.dropout > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout)) : 1.0f;
 }
 
-// The row strides' 0 (contiguous) made explicit, so that the kernels index with them directly.
-inline void resolve_row_strides(AttentionParams& p) {
-  if (p.value_row_stride == 0) p.value_row_stride = p.heads * p.channels;
-  if (p.src_score_row_stride == 0) p.src_score_row_stride = p.heads;
-  if (p.dst_score_row_stride == 0) p.dst_score_row_stride = p.heads;
-}
-
 inline bool rows_aligned(const AttentionParams& p, int cpl, std::initializer_list<const void*> more) {
-  if (p.channels % cpl != 0 || p.value_row_stride % cpl != 0) return false;
+  if (p.channels % cpl != 0) return false;
   for (const void* ptr : {p.value, p.key, p.query, p.edge_key, p.edge_value, p.att,
                           static_cast<const void*>(p.out), static_cast<const void*>(p.out_acc)})
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;

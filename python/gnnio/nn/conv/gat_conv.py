@@ -3,7 +3,6 @@ from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 from torch.nn import Parameter
 
 from gnnio.graph import Graph
@@ -141,76 +140,6 @@ def _op_bias(concat: bool, res: Optional[Tensor], bias: Optional[Tensor], value:
     return None
 
 
-def _folded_scores(att: Tensor, weight: Tensor) -> Tensor:
-    """[H, F] rows a_h^T W_h: the score of head h is then x (a_h^T W_h)^T = (x W_h^T) a_h, PyG's
-    (h * att).sum(-1) reassociated (the same value within rounding), from the linear itself."""
-    heads, channels = att.shape[-2:]
-    return torch.einsum("hc,hcf->hf", att.reshape(heads, channels),
-                        weight.view(heads, channels, weight.size(-1)))
-
-
-class _LinearWithScores(torch.autograd.Function):
-    """GATConv's projection h = x W^T [N, H, C] and its scores (h * a).sum(-1) [N, H] for each
-    attention vector a, from one GEMM on W_ext = [W; a_1^T W; ...; 0-rows] (padded to a multiple
-    of 8 rows, so that the rows the attention op reads in place stay 16-byte aligned in every
-    dtype), returned as views of its [N, H * C + k H + pad] result: no separate pass over h for
-    the scores, and a source's score lies next to its value row.
-
-    The backward is the unfolded layer's, bit for bit: d h += sum_a d s_a a (the head_scores
-    kernel, which also sums d a = sum_n d s[n, h] h[n, h, :] per chunk of rows, reading h in
-    place), then d x = d h W and d W = d h^T x. (The folded association for d a, (d s^T x)
-    W_h^T, loses digits to cancellation across the input features: 14x PyG's error on Cora.)"""
-
-    @staticmethod
-    def forward(ctx, x, weight, *atts):
-        heads, channels = atts[0].shape[-2:]
-        hc = heads * channels
-        with torch.no_grad():
-            rows = [weight] + [_folded_scores(a, weight) for a in atts]
-            pad = -(heads * (channels + len(atts))) % 8
-            if pad:
-                rows.append(weight.new_zeros(pad, weight.size(1)))
-            y = torch.nn.functional.linear(x, torch.cat(rows))
-        h = y[:, :hc].view(-1, heads, channels)
-        ctx.save_for_backward(x, weight, h, *atts)
-        return (h,) + tuple(y[:, hc + k * heads: hc + (k + 1) * heads] for k in range(len(atts)))
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_h, *grad_scores):
-        x, weight, h, *atts = ctx.saved_tensors
-        n, heads, channels = h.shape
-        acc = torch.float64 if h.dtype == torch.float64 else torch.float32
-        grad_score = torch.stack([g.to(acc) if g is not None else h.new_zeros(n, heads, dtype=acc)
-                                  for g in grad_scores])
-        att = torch.cat([a.reshape(1, heads, channels) for a in atts]).to(acc)
-        att_grad = any(ctx.needs_input_grad[2:])
-        # The CPU kernels are fp32/fp64: 16-bit rows upcast first, as gnnio.ops.head_scores does.
-        upcast = h.device.type == "cpu" and h.dtype in (torch.float16, torch.bfloat16)
-        grad_from_scores, grad_att = torch.ops.gnnio.head_scores_backward(
-            h.float() if upcast else h, att, grad_score.contiguous(), True, att_grad)
-        grad_from_scores = grad_from_scores.to(h.dtype)
-        grad_h = grad_from_scores if grad_h is None else grad_h + grad_from_scores
-        grad_h = grad_h.reshape(n, heads * channels)
-        grad_x = grad_h.mm(weight) if ctx.needs_input_grad[0] else None
-        grad_w = grad_h.t().mm(x) if ctx.needs_input_grad[1] else None
-        grad_atts = [grad_att[k:k + 1].to(a.dtype).view_as(a) if ctx.needs_input_grad[2 + k] else None
-                     for k, a in enumerate(atts)]
-        return (grad_x, grad_w, *grad_atts)
-
-
-def _project_with_scores(x: Tensor, lin: torch.nn.Linear, atts):
-    """(x W^T as [N, H, C], then (x W^T * a).sum(-1) as [N, H] for each a in atts).
-
-    Under torch.compile, the projection and gnnio.ops.head_scores as two steps: compiled
-    autograd does not route gradients into a Function's view outputs (they came back 0)."""
-    heads, channels = atts[0].shape[-2:]
-    if torch.compiler.is_compiling():
-        h = lin(x).view(-1, heads, channels)
-        return (h, *head_scores(h, torch.cat([a.reshape(1, heads, channels) for a in atts])).unbind(0))
-    return _LinearWithScores.apply(x, lin.weight, *atts)
-
-
 def _returned_edge_index(edge_index, graph: Graph, added_loops: bool) -> Tensor:
     """The edge_index PyG returns with the attention weights: the given one when no loops were
     added, else the looped edge list (int64, as PyG's concatenation with its arange gives)."""
@@ -332,14 +261,14 @@ class GATConv(torch.nn.Module):
         lin_src = self.lin if self.lin is not None else self.lin_src
         lin_dst = self.lin if self.lin is not None else self.lin_dst
         shared = x_dst is x_src and self.lin is not None
-        # PyG's (lin(x) * att).sum(-1) with att folded into the linear (_LinearWithScores): the
-        # scores are columns of the projection's own GEMM, and the attention op reads a
-        # source's score next to its value row, in place.
+        h_src = lin_src(x_src).view(-1, H, C)
+        h_dst = None if x_dst is None else (h_src if shared else lin_dst(x_dst).view(-1, H, C))
+        # PyG's (h * att).sum(-1), fused: no N x H x C product in either pass.
         if shared:
-            h_src, alpha_src, alpha_dst = _project_with_scores(x_src, lin_src, (self.att_src, self.att_dst))
+            alpha_src, alpha_dst = head_scores(h_src, torch.cat([self.att_src, self.att_dst]))
         else:
-            h_src, alpha_src = _project_with_scores(x_src, lin_src, (self.att_src,))
-            alpha_dst = None if x_dst is None else _project_with_scores(x_dst, lin_dst, (self.att_dst,))[1]
+            alpha_src = head_scores(h_src, self.att_src)[0]
+            alpha_dst = None if h_dst is None else head_scores(h_dst, self.att_dst)[0]
 
         num_src, num_dst = _sizes(x_src, x_dst, size)
         graph = self._graphs.get(edge_index, num_src, num_dst)
