@@ -507,6 +507,39 @@ def test_cuda_backward_lets_go_of_out(monkeypatch, kind):
     assert dropped <= kept - 0.9 * out_bytes, (dropped, kept, out_bytes)
 
 
+def test_cuda_backward_peak_with_out_acc_kept():
+    """GAT float32 with an output bias keeps out_acc (out before the bias) for D_i and returns
+    out + bias; without a bias it keeps out itself, which the caller here also holds. The
+    backward drops its kept tensor once D_i is formed: with the bias that frees out_acc, so its
+    peak is lower by about out's size. Only out has a gradient (set_materialize_grads(false)):
+    a zero-filled gradient for out_acc, alive through the backward, would take that back (as
+    it did, NOTES v15). The other operands' gradients are the same bits either way."""
+    ei, n = random_graph(20_000, 200_000, generator=torch.Generator().manual_seed(8))
+    g = gnnio.Graph(ei.cuda(), num_nodes=n)
+    gen = torch.Generator().manual_seed(9)
+    value, ops = operands("gat", n, n, ei.size(1), False, torch.float32, gen)
+    leaves = [value.cuda().requires_grad_()] + [t.cuda().requires_grad_() for t in ops.values()]
+    bias = torch.randn(H * C, device="cuda", requires_grad=True)
+    gout = torch.randn(n, H, C, device="cuda")
+
+    def peak_of_backward(with_bias):
+        out = gnnio.ops.graph_attention(g, "gat", leaves[0], **dict(zip(ops, leaves[1:])),
+                                        **(dict(bias=bias) if with_bias else {}))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        grads = torch.autograd.grad(out, leaves + ([bias] if with_bias else []), gout)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base, grads[:len(leaves)]
+
+    plain, grads_plain = peak_of_backward(False)
+    biased, grads_biased = peak_of_backward(True)
+    for a, b in zip(grads_plain, grads_biased):
+        assert torch.equal(a, b)
+    out_bytes = n * H * C * 4
+    assert biased <= plain - 0.5 * out_bytes, (biased, plain, out_bytes)
+
+
 DELTA_KNOB = {"gatv2": "GNNIO_GATV2_DELTA_IN_PASS_A", "dot": "GNNIO_DOT_DELTA_IN_PASS_A"}
 
 
