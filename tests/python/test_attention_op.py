@@ -423,23 +423,25 @@ def test_backward_refuses_key_into_value_when_key_is_not_value():
     assert len(backward(torch.ones_like(out), [1, 0, 0, 0, 1, 1, 0, 0, 0])) == 9
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])  # fake tensors: no GPU needed
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_fake_out_acc_only_for_low_precision(dtype):
-    # The fake kernel's out_acc (torch.compile's view): float32 [N, H, C] for bf16/fp16 values
-    # when the autograd asks for it, else empty on the CPU (float32 on CUDA keeps it too: out
-    # before the bias); the kernels follow the same rule.
+def test_fake_out_acc_follows_the_kernels_rule(dtype, device):
+    # The fake kernel's out_acc (torch.compile's view) when the autograd asks for it: float32
+    # [N, H, C] for bf16/fp16 values, and for float32 values on CUDA (out before the bias), else
+    # empty (float32 on the CPU); attention_common.h's out_acc_available, the kernels' rule.
     from torch._subclasses.fake_tensor import FakeTensorMode
     ei, n = random_graph(10, 30)
     g = gnnio.Graph(ei, num_nodes=n)
     f, t = g.csr_by_dst, g.csr_by_src
     with FakeTensorMode(allow_non_fake_inputs=True):
-        value = torch.empty(n, 2, 4, dtype=dtype)
+        value = torch.empty(n, 2, 4, dtype=dtype, device=device)
+        index = [a.to(device) for a in (f.rowptr, f.col, t.rowptr, t.col, g.src_slot_to_dst_slot)]
         res = torch.ops.gnnio.graph_attention(
-            f.rowptr, f.col, 2, value, None, None, None, value, value, None, None, None, n, 0.2, 1.0,
-            0.0, 0, False, t.rowptr, t.col, g.src_slot_to_dst_slot, save_out_acc=True)
-    low = dtype != torch.float32
+            index[0], index[1], 2, value, None, None, None, value, value, None, None, None, n, 0.2,
+            1.0, 0.0, 0, False, *index[2:], save_out_acc=True)
+    kept = dtype != torch.float32 or device == "cuda"
     assert res[3].dtype == torch.float32
-    assert tuple(res[3].shape) == ((n, 2, 4) if low else (0,))
+    assert tuple(res[3].shape) == ((n, 2, 4) if kept else (0,))
 
 
 def _saved_out_case(device):
