@@ -472,6 +472,16 @@ def test_cuda_gat_destination_grads_from_slots(monkeypatch, hubs, edge_terms, dt
         assert err <= rel * scale, f"d {name}: error {err:.3g} > {rel:.2g} x scale {scale:.3g}"
 
 
+def backward_peak(y, inputs, gout, retain=False):
+    """(bytes allocated at the backward's peak above what was allocated before it, gradients)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    grads = torch.autograd.grad(y, inputs, gout, retain_graph=retain)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base, grads
+
+
 @pytest.mark.parametrize("kind", ["gat", "gatv2", "dot"])
 def test_cuda_backward_lets_go_of_out(monkeypatch, kind):
     """Once D_i is formed the backward drops its reference to out (unless the graph is kept):
@@ -492,12 +502,7 @@ def test_cuda_backward_lets_go_of_out(monkeypatch, kind):
         out = gnnio.ops.graph_attention(g, kind, leaves[0], **dict(zip(ops, leaves[1:])))
         y = out + 0.0  # as a layer's bias add: then only the autograd node holds out
         del out
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        grads = torch.autograd.grad(y, leaves, gout, retain_graph=retain)
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base, grads
+        return backward_peak(y, leaves, gout, retain)
 
     kept, grads_kept = peak_of_backward(True)
     dropped, grads_dropped = peak_of_backward(False)
@@ -525,12 +530,8 @@ def test_cuda_backward_peak_with_out_acc_kept():
     def peak_of_backward(with_bias):
         out = gnnio.ops.graph_attention(g, "gat", leaves[0], **dict(zip(ops, leaves[1:])),
                                         **(dict(bias=bias) if with_bias else {}))
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        grads = torch.autograd.grad(out, leaves + ([bias] if with_bias else []), gout)
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base, grads[:len(leaves)]
+        peak, grads = backward_peak(out, leaves + ([bias] if with_bias else []), gout)
+        return peak, grads[:len(leaves)]
 
     plain, grads_plain = peak_of_backward(False)
     biased, grads_biased = peak_of_backward(True)

@@ -298,16 +298,11 @@ int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b) {
       p.scalar_type == ScalarType::kFloat64 || p.channels > kMaxCudaChannels)
     return 0;
   int64_t blocks = 0;
-  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto) {
-    using scalar_t = decltype(scalar);
-    if constexpr (!std::is_same_v<scalar_t, double>) {
-      dispatch_layout<scalar_t>(p.channels, [&](auto l, auto) {
-        constexpr int L = decltype(l)::value;
-        // Per-block sums pay off when a block holds several rows of each head: with G groups
-        // and H heads a block's H x C sums replace G x C per-row ones.
-        if (kThreads / L >= 4 * p.heads) blocks = pass_a_blocks(p, L);
-      });
-    }
+  dispatch_attention(p, [&](auto, auto, auto l, auto) {
+    constexpr int L = decltype(l)::value;
+    // Per-block sums pay off when a block holds several rows of each head: with G groups
+    // and H heads a block's H x C sums replace G x C per-row ones.
+    if (kThreads / L >= 4 * p.heads) blocks = pass_a_blocks(p, L);
   });
   return blocks;
 }
@@ -412,14 +407,9 @@ void attention_delta_cuda(const AttentionBackwardParams& b, void* stream) {
     GNNIO_CUDA_CHECK(cudaMemsetAsync(b.delta, 0, p.num_dst * p.heads * sizeof(float), s));
     return;
   }
-  dispatch_cuda(p.scalar_type, IndexType::kInt32, [&](auto scalar, auto) {
-    using scalar_t = decltype(scalar);
-    if constexpr (!std::is_same_v<scalar_t, double>) {
-      dispatch_layout<scalar_t>(p.channels, [&](auto l, auto cpl) {
-        constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
-        delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * p.heads * L), kThreads, 0, s>>>(b);
-      });
-    }
+  dispatch_attention(p, [&](auto scalar, auto /*index: unused*/, auto l, auto cpl) {
+    constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
+    delta_kernel<decltype(scalar), L, CPL><<<blocks_for(p.num_dst * p.heads * L), kThreads, 0, s>>>(b);
   });
   GNNIO_CUDA_CHECK(cudaGetLastError());
 }
@@ -457,71 +447,67 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
     fill_item_offsets(split, static_cast<char*>(workspace) + layout.offsets, s);
   if (need_b && p.num_src > 0)
     fill_item_offsets(split_t, static_cast<char*>(workspace) + layout.offsets_t, s);
-  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+  dispatch_attention(p, [&](auto scalar, auto index, auto l, auto cpl) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
-    if constexpr (!std::is_same_v<scalar_t, double>) {
-      dispatch_layout<scalar_t>(p.channels, [&](auto l, auto cpl) {
-        constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
-        const int64_t H = p.heads;
-        AttentionBackwardParams q = b;
-        set_dropout_test(q.fwd);
-        if (by_slots)
-          q.slot_grad = slot_grad_is_edge_grad(b) ? static_cast<float*>(b.grad_edge_score)
-                                                  : part_b.base + b.split_t.num_items * H * stride;
-        const size_t smem = (kMergeThreads / L) * stride * sizeof(float);
-        const size_t smem_online = (kMergeThreads / L) * (p.channels > 0 ? 2 * p.channels : 2) * sizeof(float);
-        q.fwd.vector_io = rows_aligned(p, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
-                                                b.grad_edge_key, b.grad_edge_value});
-        if (p.num_dst > 0 && !b.delta_ready && !online) {
-          delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * H * L), kThreads, 0, s>>>(q);
-          GNNIO_CUDA_CHECK(cudaGetLastError());
+    constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
+    const int64_t H = p.heads;
+    AttentionBackwardParams q = b;
+    set_dropout_test(q.fwd);
+    if (by_slots)
+      q.slot_grad = slot_grad_is_edge_grad(b) ? static_cast<float*>(b.grad_edge_score)
+                                              : part_b.base + b.split_t.num_items * H * stride;
+    const size_t smem = (kMergeThreads / L) * stride * sizeof(float);
+    const size_t smem_online = (kMergeThreads / L) * (p.channels > 0 ? 2 * p.channels : 2) * sizeof(float);
+    q.fwd.vector_io = rows_aligned(p, CPL, {b.grad_out, b.grad_query, b.grad_key, b.grad_value,
+                                            b.grad_edge_key, b.grad_edge_value});
+    if (p.num_dst > 0 && !b.delta_ready && !online) {
+      delta_kernel<scalar_t, L, CPL><<<blocks_for(p.num_dst * H * L), kThreads, 0, s>>>(q);
+      GNNIO_CUDA_CHECK(cudaGetLastError());
+    }
+    if (need_a && p.num_dst > 0 && !by_slots) {
+      GNNIO_CHECK(b.att_blocks == 0 || (b.grad_att_partial && b.att_blocks == pass_a_blocks(p, L)),
+                  ErrorKind::kInvalidArgument,
+                  "graph_attention backward: att_blocks must be attention_backward_cuda_att_blocks(b)");
+      auto launch = [&](auto* kernel) {
+        if (b.att_blocks > 0) {  // a measurement knob (see attention_backward_cuda_att_blocks)
+          const char* knob = std::getenv("GNNIO_ATT_BLOCKS");
+          GNNIO_CUDA_CHECK(cudaFuncSetAttribute(
+              kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+              knob && knob[0] == '2' ? int(cudaSharedmemCarveoutMaxL1) : int(cudaSharedmemCarveoutDefault)));
         }
-        if (need_a && p.num_dst > 0 && !by_slots) {
-          GNNIO_CHECK(b.att_blocks == 0 || (b.grad_att_partial && b.att_blocks == pass_a_blocks(p, L)),
-                      ErrorKind::kInvalidArgument,
-                      "graph_attention backward: att_blocks must be attention_backward_cuda_att_blocks(b)");
-          auto launch = [&](auto* kernel) {
-            if (b.att_blocks > 0) {  // a measurement knob (see attention_backward_cuda_att_blocks)
-              const char* knob = std::getenv("GNNIO_ATT_BLOCKS");
-              GNNIO_CUDA_CHECK(cudaFuncSetAttribute(
-                  kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                  knob && knob[0] == '2' ? int(cudaSharedmemCarveoutMaxL1) : int(cudaSharedmemCarveoutDefault)));
-            }
-            kernel<<<pass_a_blocks(p, L), kThreads, b.att_blocks > 0 ? kThreads * CPL * sizeof(float) : 0, s>>>(q, part_a);
-          };
-          dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
-            constexpr ScoreKind KK = decltype(kind)::value;
-            constexpr bool KV = decltype(key_is_value)::value;
-            if constexpr (KK == ScoreKind::kGatV2 || KK == ScoreKind::kDot) {
-              if (online) {
-                launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true>);
-                return;
-              }
-            }
-            launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, false>);
-          });
-          const unsigned heavy_blocks = static_cast<unsigned>(p.split.num_heavy * H);
-          if (p.split.num_heavy > 0 && online)
-            merge_online_kernel<scalar_t, L, CPL><<<heavy_blocks, kMergeThreads, smem_online, s>>>(
-                split, part_a, H, p.channels, q.fwd.vector_io, b.grad_query,
-                static_cast<float*>(b.grad_att_partial), b.att_blocks > 0 ? b.att_blocks : -1,
-                static_cast<float*>(b.delta));
-          else if (p.split.num_heavy > 0)
-            merge_kernel<scalar_t, L, CPL><<<heavy_blocks, kMergeThreads, smem, s>>>(
-                split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, b.grad_query, b.grad_att_partial, true,
-                b.att_blocks > 0 ? b.att_blocks : -1);
-          GNNIO_CUDA_CHECK(cudaGetLastError());
+        kernel<<<pass_a_blocks(p, L), kThreads, b.att_blocks > 0 ? kThreads * CPL * sizeof(float) : 0, s>>>(q, part_a);
+      };
+      dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
+        constexpr ScoreKind KK = decltype(kind)::value;
+        constexpr bool KV = decltype(key_is_value)::value;
+        if constexpr (KK == ScoreKind::kGatV2 || KK == ScoreKind::kDot) {
+          if (online) {
+            launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true>);
+            return;
+          }
         }
-        if (need_b && p.num_src > 0) attention_pass_b_cuda(q, split_t, part_b, s);
-        if (by_slots && p.num_dst > 0) {
-          slot_sum_kernel<scalar_t, index_t><<<blocks_for((p.num_dst + p.split.num_items) * H), kThreads, 0, s>>>(q, part_a);
-          if (p.split.num_heavy > 0)  // the same merge as pass A's, with only the scalar output
-            merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kMergeThreads, smem, s>>>(
-                split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, nullptr, nullptr, true, -1);
-          GNNIO_CUDA_CHECK(cudaGetLastError());
-        }
+        launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, false>);
       });
+      const unsigned heavy_blocks = static_cast<unsigned>(p.split.num_heavy * H);
+      if (p.split.num_heavy > 0 && online)
+        merge_online_kernel<scalar_t, L, CPL><<<heavy_blocks, kMergeThreads, smem_online, s>>>(
+            split, part_a, H, p.channels, q.fwd.vector_io, b.grad_query,
+            static_cast<float*>(b.grad_att_partial), b.att_blocks > 0 ? b.att_blocks : -1,
+            static_cast<float*>(b.delta));
+      else if (p.split.num_heavy > 0)
+        merge_kernel<scalar_t, L, CPL><<<heavy_blocks, kMergeThreads, smem, s>>>(
+            split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, b.grad_query, b.grad_att_partial, true,
+            b.att_blocks > 0 ? b.att_blocks : -1);
+      GNNIO_CUDA_CHECK(cudaGetLastError());
+    }
+    if (need_b && p.num_src > 0) attention_pass_b_cuda(q, split_t, part_b, s);
+    if (by_slots && p.num_dst > 0) {
+      slot_sum_kernel<scalar_t, index_t><<<blocks_for((p.num_dst + p.split.num_items) * H), kThreads, 0, s>>>(q, part_a);
+      if (p.split.num_heavy > 0)  // the same merge as pass A's, with only the scalar output
+        merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(p.split.num_heavy * H), kMergeThreads, smem, s>>>(
+            split, part_a, H, p.channels, q.fwd.vector_io, b.grad_dst_score, nullptr, nullptr, true, -1);
+      GNNIO_CUDA_CHECK(cudaGetLastError());
     }
   });
 }

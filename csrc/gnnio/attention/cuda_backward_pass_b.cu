@@ -143,25 +143,21 @@ __global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(Atte
 void attention_pass_b_cuda(const AttentionBackwardParams& q, const RowSplit& split_t,
                            const Partials& part_b, cudaStream_t s) {
   const AttentionParams& p = q.fwd;
-  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+  dispatch_attention(p, [&](auto scalar, auto index, auto l, auto cpl) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
-    if constexpr (!std::is_same_v<scalar_t, double>) {
-      dispatch_layout<scalar_t>(p.channels, [&](auto l, auto cpl) {
-        constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
-        const int64_t H = p.heads;
-        dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
-          pass_b_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL, decltype(key_is_value)::value>
-              <<<blocks_for((p.num_src + q.split_t.num_items) * H * L), kThreads, 0, s>>>(q, part_b);
-        });
-        if (q.split_t.num_heavy > 0) {
-          const size_t smem = (kMergeThreads / L) * part_b.stride * sizeof(float);
-          merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(q.split_t.num_heavy * H), kMergeThreads, smem, s>>>(
-              split_t, part_b, H, p.channels, p.vector_io, q.grad_src_score, q.grad_value, q.grad_key, false, -1);
-        }
-        GNNIO_CUDA_CHECK(cudaGetLastError());
-      });
+    constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
+    const int64_t H = p.heads;
+    dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
+      pass_b_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL, decltype(key_is_value)::value>
+          <<<blocks_for((p.num_src + q.split_t.num_items) * H * L), kThreads, 0, s>>>(q, part_b);
+    });
+    if (q.split_t.num_heavy > 0) {
+      const size_t smem = (kMergeThreads / L) * part_b.stride * sizeof(float);
+      merge_kernel<scalar_t, L, CPL><<<static_cast<unsigned>(q.split_t.num_heavy * H), kMergeThreads, smem, s>>>(
+          split_t, part_b, H, p.channels, p.vector_io, q.grad_src_score, q.grad_value, q.grad_key, false, -1);
     }
+    GNNIO_CUDA_CHECK(cudaGetLastError());
   });
 }
 

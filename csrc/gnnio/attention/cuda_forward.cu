@@ -293,35 +293,29 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
   const Partial part = partial_of(p, workspace);
   RowSplit split = p.split;
   fill_item_offsets(split, static_cast<char*>(workspace) + item_offsets_at(p), s);
-  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+  dispatch_attention(p, [&](auto scalar, auto index, auto l, auto cpl) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
-    if constexpr (!std::is_same_v<scalar_t, double>) {
-      dispatch_layout<scalar_t>(p.channels, [&](auto l, auto cpl) {
-        constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
-        AttentionParams q = p;
-        q.split = split;
-        q.vector_io = rows_aligned(p, CPL, {});
-        set_dropout_test(q);
-        const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
-        dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
-          forward_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL, decltype(key_is_value)::value>
-              <<<blocks_for(groups * L), kThreads, 0, s>>>(q, part);
-        });
-        GNNIO_CUDA_CHECK(cudaGetLastError());
-        if (p.split.num_heavy > 0) {
-          const size_t smem = (kMergeThreads / L) * (2 + p.channels) * sizeof(float);
-          merge_kernel<scalar_t, L, CPL>
-              <<<static_cast<unsigned>(p.split.num_heavy * p.heads), kMergeThreads, smem, s>>>(q, part);
-          GNNIO_CUDA_CHECK(cudaGetLastError());
-        }
-      });
-      if (p.weights && p.nnz > 0) {
-        AttentionParams q = p;
-        set_dropout_test(q);
-        normalize_weights_kernel<index_t><<<blocks_for(p.nnz * p.heads), kThreads, 0, s>>>(q);
-        GNNIO_CUDA_CHECK(cudaGetLastError());
-      }
+    constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
+    AttentionParams q = p;
+    q.split = split;
+    q.vector_io = rows_aligned(p, CPL, {});
+    set_dropout_test(q);
+    const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
+    dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
+      forward_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL, decltype(key_is_value)::value>
+          <<<blocks_for(groups * L), kThreads, 0, s>>>(q, part);
+    });
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+    if (p.split.num_heavy > 0) {
+      const size_t smem = (kMergeThreads / L) * (2 + p.channels) * sizeof(float);
+      merge_kernel<scalar_t, L, CPL>
+          <<<static_cast<unsigned>(p.split.num_heavy * p.heads), kMergeThreads, smem, s>>>(q, part);
+      GNNIO_CUDA_CHECK(cudaGetLastError());
+    }
+    if (p.weights && p.nnz > 0) {  // q's split and vector_io are not read by this kernel
+      normalize_weights_kernel<index_t><<<blocks_for(p.nnz * p.heads), kThreads, 0, s>>>(q);
+      GNNIO_CUDA_CHECK(cudaGetLastError());
     }
   });
 }

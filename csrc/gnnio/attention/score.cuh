@@ -354,6 +354,16 @@ void dispatch_layout(int64_t channels, Fn&& fn) {
   return fn(std::integral_constant<int, 32>{}, std::integral_constant<int, 8>{});
 }
 
+// The launchers' dispatch: fn(scalar_t{}, index_t{}, L, CPL) for p's element type, index type
+// and channel layout (dispatch_layout). float64 instantiates nothing: the launchers refuse it.
+template <typename Fn>
+void dispatch_attention(const AttentionParams& p, Fn&& fn) {
+  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+    if constexpr (!std::is_same_v<decltype(scalar), double>)
+      dispatch_layout<decltype(scalar)>(p.channels, [&](auto l, auto cpl) { fn(scalar, index, l, cpl); });
+  });
+}
+
 constexpr int64_t kMaxCudaChannels = 256;
 
 // Whether every feature row the kernels touch starts on a 16-byte boundary (base pointers
