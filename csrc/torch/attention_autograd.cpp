@@ -47,6 +47,27 @@ using BackwardSig = std::vector<at::Tensor>(
 OptTensor opt(const at::Tensor& t) { return t.defined() ? OptTensor(t) : c10::nullopt; }
 at::Tensor plain(const OptTensor& t) { return t.has_value() ? *t : at::Tensor(); }
 
+// GAT with att [2, H, C] in place of its scores: g's score gradients (g[1 + kSrcScore] for
+// value's rows, g[1 + kDstScore] for its first num_dst) through head_scores' backward, into
+// g[0] (added: value's own gradient and the scores') and g[1 + kAtt], as needs asks.
+void gat_score_grads_to_rows(const at::Tensor& value, const at::Tensor& att, int64_t num_dst,
+                             const std::vector<int64_t>& needs, std::vector<at::Tensor>& g) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("gnnio::head_scores_backward", "")
+                       .typed<std::tuple<at::Tensor, at::Tensor>(
+                           const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, bool)>();
+  const auto acc = accumulator_dtype(value);
+  auto grad_scores = at::zeros({2, value.size(0), value.size(1)}, value.options().dtype(acc));
+  grad_scores.select(0, 0).copy_(g[1 + kSrcScore]);
+  grad_scores.select(0, 1).narrow(0, 0, num_dst).copy_(g[1 + kDstScore]);
+  // As gat_scores_of: the CPU kernels take bf16 / fp16 rows upcast.
+  const at::Tensor x = value.is_cpu() && low_precision(value) ? value.to(at::kFloat) : value;
+  const bool x_grad = needs[0] != 0, att_grad = needs[1 + kAtt] != 0;
+  auto [grad_x, grad_att] = op.call(x, att.to(acc).contiguous(), grad_scores, x_grad, att_grad);
+  if (x_grad) g[0] = g[0] + grad_x.to(value.scalar_type());
+  if (att_grad) g[1 + kAtt] = grad_att.to(att.scalar_type());
+}
+
 class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFunction> {
  public:
   static variable_list forward(
@@ -191,6 +212,21 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
                          .typed<BackwardSig>();
     c10::List<OptTensor> operands;
     for (int i = 3; i < 11; ++i) operands.push_back(opt(s[i]));
+    // GAT with att in place of its scores: the scores again, by head_scores (the forward's
+    // bits), for the backward op, whose score gradients head_scores' backward then carries into
+    // value and att, as the layer's autograd did when it passed the scores itself.
+    const at::Tensor& value = s[2];
+    const at::Tensor& att = s[3 + kAtt];
+    const bool gat_att = ctx->saved_data["kind"].toInt() == static_cast<int64_t>(ScoreKind::kGat) &&
+                         att.defined();
+    const int64_t num_dst = ctx->saved_data["num_dst"].toInt();
+    at::Tensor scores;
+    if (gat_att) {
+      scores = gat_scores_of(value, att);
+      operands.set(kSrcScore, scores.select(0, 0));
+      operands.set(kDstScore, scores.select(0, 1).narrow(0, 0, num_dst));
+      operands.set(kAtt, c10::nullopt);
+    }
     c10::List<OptTensor> splits;
     for (int i = 14; i < 18; ++i) splits.push_back(opt(s[i]));
     const auto coeffs = ctx->saved_data["coeffs"].toDoubleVector();
@@ -207,15 +243,21 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     // the overwritten operands). value's and key's version counters are bumped afterwards, so
     // that any other saved reference to them (which the caller promised away) fails loudly.
     std::vector<int64_t> call_needs = needs;
+    const bool score_grads = gat_att && (needs[0] || needs[1 + kAtt]);
+    if (gat_att) {
+      call_needs[1 + kSrcScore] = call_needs[1 + kDstScore] = score_grads;
+      call_needs[1 + kAtt] = 0;
+    }
     const bool in_place = ctx->saved_data["in_place"].toBool() && !keep_graph;
     if (in_place) {
       if (call_needs[0] == 1) call_needs[0] = 3;
       if (call_needs[kKeyNeedIndex] == 1) call_needs[kKeyNeedIndex] = 3;
     }
-    auto g = op.call(s[0], s[1], ctx->saved_data["kind"].toInt(), s[2], operands,
-                     ctx->saved_data["num_dst"].toInt(), coeffs, ctx->saved_data["seed"].toInt(),
-                     s[11], s[12], s[13], splits, ctx->saved_data["light_max"].toIntVector(),
-                     out, s[18], grad_out, call_needs);
+    auto g = op.call(s[0], s[1], ctx->saved_data["kind"].toInt(), s[2], operands, num_dst, coeffs,
+                     ctx->saved_data["seed"].toInt(), s[11], s[12], s[13], splits,
+                     ctx->saved_data["light_max"].toIntVector(), out, s[18], grad_out, call_needs);
+    scores.reset();
+    if (score_grads) gat_score_grads_to_rows(value, att, num_dst, needs, g);
     if (in_place) {
       if (call_needs[0] == 3) s[2].unsafeGetTensorImpl()->bump_version();
       if (call_needs[kKeyNeedIndex] == 3) s[kKeySaved].unsafeGetTensorImpl()->bump_version();

@@ -5,6 +5,8 @@
 #include <array>
 #include <vector>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include "common.h"
 #include "column_sum_common.h"
 #include "gnnio/attention/params.h"
@@ -50,8 +52,13 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
                          sizes_text(v.sizes())));
   TORCH_CHECK_VALUE(in.dropout >= 0.0 && in.dropout < 1.0, "graph_attention: dropout must be in [0, 1)");
   const int64_t ns = v.size(0), H = v.size(1), C = v.size(2), nd = in.num_dst, nnz = in.col.numel();
+  const auto kind = static_cast<ScoreKind>(in.kind);
+  // att: GATv2's [H, C]; for GAT, (a_src, a_dst) [2, H, C] in place of the scores (params.h's
+  // score_att: the scores are formed from value's rows).
+  const bool gat = kind == ScoreKind::kGat;
+  const std::vector<int64_t> att_shape = gat ? std::vector<int64_t>{2, H, C} : std::vector<int64_t>{H, C};
   const std::vector<int64_t> shapes[8] = {{ns, H}, {nd, H}, {nnz, H}, {nd, H, C},
-                                          {ns, H, C}, {nnz, H, C}, {H, C}, {nnz, H, C}};
+                                          {ns, H, C}, {nnz, H, C}, att_shape, {nnz, H, C}};
   for (int i = 0; i < 8; ++i) {
     const OptTensor& t = in.operands[i];
     if (!t.has_value()) continue;
@@ -63,9 +70,13 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
     check_same_device(*t, kOperandNames[i], v, "value");
   }
   const auto& op = in.operands;
-  const auto kind = static_cast<ScoreKind>(in.kind);
-  if (kind == ScoreKind::kGat) {
-    TORCH_CHECK_VALUE(op[kSrcScore].has_value(), "graph_attention: kind gat needs src_score");
+  if (gat) {
+    TORCH_CHECK_VALUE(op[kSrcScore].has_value() != op[kAtt].has_value(),
+                      "graph_attention: kind gat needs src_score (and optionally dst_score), or "
+                      "att [2, heads, channels] in their place, not both");
+    TORCH_CHECK_VALUE(!op[kAtt].has_value() || (!op[kDstScore].has_value() && nd <= ns),
+                      "graph_attention: kind gat with att takes no dst_score (att's second vector "
+                      "scores the destinations, value's first num_dst rows: num_dst <= num_src)");
   } else {
     TORCH_CHECK_VALUE(op[kQuery].has_value() && op[kKey].has_value(),
                       "graph_attention: kinds gatv2 and dot need query and key");
@@ -91,7 +102,7 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
   p.query = ptr_or_null(op[kQuery]);
   p.key = ptr_or_null(op[kKey]);
   p.edge_key = ptr_or_null(op[kEdgeKey]);
-  p.att = ptr_or_null(op[kAtt]);
+  (gat ? p.score_att : p.att) = ptr_or_null(op[kAtt]);
   p.edge_value = ptr_or_null(op[kEdgeValue]);
   p.value = v.data_ptr();
   p.negative_slope = in.negative_slope;
@@ -104,6 +115,33 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
 
 inline bool low_precision(const at::Tensor& t) {
   return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+}
+
+// Kind gat with att [2, H, C] in place of its scores (the scores from rows).
+inline bool gat_att_given(const AttentionInputs& in) {
+  return in.kind == static_cast<int64_t>(ScoreKind::kGat) && in.operands[kAtt].has_value();
+}
+
+// GAT's scores [2, num_src, H] in value's dtype for att [2, H, C] (value's dtype):
+// gnnio::head_scores as gnnio.ops.head_scores calls it, so the same bits as the layer's scores
+// and as the CUDA forward's scores from rows (attention_forward_cuda_gat_scores_from_rows).
+inline at::Tensor gat_scores_of(const at::Tensor& value, const at::Tensor& att) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("gnnio::head_scores", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  // The CPU kernels are float32 / float64: bf16 / fp16 upcast exactly, as the Python op does.
+  const at::Tensor x = value.is_cpu() && low_precision(value) ? value.to(at::kFloat) : value;
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return op.call(x, att.to(accumulator_dtype(value)).contiguous()).to(value.scalar_type());
+}
+
+// in with GAT's scores (gat_scores_of) in place of att: src_score = scores[0], dst_score =
+// scores[1]'s first num_dst rows (contiguous).
+inline AttentionInputs with_gat_scores(AttentionInputs in, const at::Tensor& scores) {
+  in.operands[kSrcScore] = scores.select(0, 0);
+  in.operands[kDstScore] = scores.select(0, 1).narrow(0, 0, in.num_dst);
+  in.operands[kAtt] = c10::nullopt;
+  return in;
 }
 
 // The output bias the op adds to out (params.h's bias): contiguous [H * C] in value's dtype,
@@ -160,6 +198,8 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
                                                          const at::Tensor& grad_out,
                                                          at::IntArrayRef needs, AttentionGrads& g) {
   AttentionBackwardParams b;
+  TORCH_CHECK_VALUE(!gat_att_given(in), "graph_attention backward: kind gat takes its scores "
+                    "(the autograd forms them from att)");
   b.fwd = attention_params(in);
   const auto& v = in.value;
   TORCH_CHECK_VALUE(needs.size() == 9, "graph_attention backward: needs must have 9 entries");

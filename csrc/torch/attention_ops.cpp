@@ -14,10 +14,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_cpu_i
     const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
     const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc,
     const OptTensor& bias, bool /*backward_in_place: the autograd's*/) {
-  const auto in = attention_inputs(rowptr, col, kind, value, src_score, dst_score, edge_score, query,
-                                   key, edge_key, att, edge_value, num_dst, negative_slope, scale,
-                                   dropout, seed, rowptr_t, col_t, t2c, heavy_rows, heavy_items,
-                                   light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
+  auto in = attention_inputs(rowptr, col, kind, value, src_score, dst_score, edge_score, query,
+                             key, edge_key, att, edge_value, num_dst, negative_slope, scale,
+                             dropout, seed, rowptr_t, col_t, t2c, heavy_rows, heavy_items,
+                             light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
+  at::Tensor scores;  // GAT with att: the scores first (the CUDA kernel forms them from rows)
+  if (gat_att_given(in)) {
+    attention_params(in);  // the operands' checks, att's shape among them
+    scores = gat_scores_of(value, *att);
+    in = with_gat_scores(std::move(in), scores);
+  }
   AttentionParams p = attention_params(in);
   set_output_bias(p, value, bias);
   auto [out, stats, weights, out_acc] = attention_outputs(p, value, need_weights, save_out_acc);

@@ -2,6 +2,8 @@
 // exceptions PyG users expect. Kernels never see anything from this file.
 #pragma once
 
+#include <cstdlib>
+
 #include <torch/library.h>
 #include <ATen/ATen.h>
 
@@ -18,6 +20,13 @@ inline std::string sizes_text(at::IntArrayRef sizes) {
   return s + "]";
 }
 inline const char* dtype_text(at::ScalarType t) { return c10::toString(t); }
+
+// Whether the environment variable `name` is set to a value starting with '0' (a measurement
+// knob that turns a default path off).
+inline bool env_flag_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && v[0] == '0';
+}
 inline std::string device_text(const at::Device& d) { return d.str(); }
 
 inline ScalarType scalar_type_of(const at::Tensor& t, const char* name) {

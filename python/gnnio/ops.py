@@ -177,7 +177,13 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     For each destination :math:`i`, head :math:`h` and edge :math:`j \to i` (index :math:`k`):
 
     - ``kind='gat'``: :math:`e = \mathrm{LeakyReLU}(s^{src}_{j,h} + s^{dst}_{i,h} + s^{edge}_{k,h})`
-      (``src_score [num_src, H]``, ``dst_score [num_dst, H]`` optional, ``edge_score [E, H]`` optional);
+      (``src_score [num_src, H]``, ``dst_score [num_dst, H]`` optional, ``edge_score [E, H]`` optional),
+      or, with ``att [2, H, C]`` in place of ``src_score`` and ``dst_score``,
+      :math:`s^{src}_{j,h} = a_{0,h} \cdot V_{j,h}` and :math:`s^{dst}_{i,h} = a_{1,h} \cdot V_{i,h}`
+      (value's first ``num_dst`` rows are the destinations' features, as in a GATConv whose
+      source and destination share the projection): the scores of :func:`head_scores`, which on
+      CUDA the kernel forms from the value rows it gathers anyway, so the forward makes no pass
+      over value for them and no per-edge score load;
     - ``kind='gatv2'``: :math:`e = \sum_c a_{h,c}\,\mathrm{LeakyReLU}(K_{j,h,c} + Q_{i,h,c} +
       K^{edge}_{k,h,c})` (``key [num_src, H, C]``, ``query [num_dst, H, C]``, ``att [H, C]``,
       ``edge_key [E, H, C]`` optional);
@@ -221,10 +227,24 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     ns, nd, e = graph.num_src, graph.num_dst, graph.num_edges
     heads, channels = value.size(1), value.size(2)
     if kind == "gat":
-        if src_score is None:
-            raise ValueError("kind='gat' needs src_score [num_src, heads]")
-        if query is not None or key is not None or att is not None or edge_key is not None:
-            raise ValueError("kind='gat' takes src_score / dst_score / edge_score, not query/key/att")
+        if (src_score is None) == (att is None):
+            raise ValueError("kind='gat' needs src_score [num_src, heads] (and optionally "
+                             "dst_score), or att [2, heads, channels] in their place")
+        if query is not None or key is not None or edge_key is not None:
+            raise ValueError("kind='gat' takes src_score / dst_score / edge_score (or att), not "
+                             "query/key/edge_key")
+        if att is not None:
+            if dst_score is not None:
+                raise ValueError("kind='gat' with att takes no dst_score (att[1] scores the destinations)")
+            if not isinstance(att, torch.Tensor) or att.shape != (2, heads, channels):
+                raise ValueError(f"kind='gat' takes att as [2, heads={heads}, channels={channels}], got "
+                                 f"{list(att.shape) if isinstance(att, torch.Tensor) else type(att)}")
+            if nd > ns:
+                raise ValueError(f"kind='gat' with att scores destinations by value's first num_dst "
+                                 f"rows: num_dst={nd} must not exceed num_src={ns}")
+            if return_weights:  # attention_weights takes the scores
+                scores = head_scores(value, att)
+                src_score, dst_score, att = scores[0], scores[1, :nd], None
     else:
         if query is None or key is None:
             raise ValueError(f"kind={kind!r} needs query [num_dst, H, C] and key [num_src, H, C]")
@@ -237,7 +257,9 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     dst_score = _node_term(dst_score, "dst_score", (nd, heads))
     query = _node_term(query, "query", (nd, heads, channels))
     key = _node_term(key, "key", (ns, heads, channels))
-    if att is not None:
+    if att is not None and kind == "gat":
+        att = _node_term(att, "att", (2, heads, channels))
+    elif att is not None:
         att = _node_term(att.reshape(heads, channels) if att.numel() == heads * channels else att,
                          "att", (heads, channels))
     edge_score = _edge_term(edge_score, graph, "edge_score", (e, heads))

@@ -170,6 +170,8 @@ void check_forward(const AttentionParams& p) {
                 "attention(gat) needs src_score");
     GNNIO_CHECK(!p.query && !p.key && !p.edge_key && !p.att, ErrorKind::kInvalidArgument,
                 "attention(gat) takes src/dst/edge scores, not query/key/edge_key/att");
+    GNNIO_CHECK(!p.score_att, ErrorKind::kInvalidArgument,
+                "attention(gat) on the CPU takes the scores (score_att is the CUDA forward's)");
   } else {
     GNNIO_CHECK((p.query && p.key && (p.kind == ScoreKind::kDot || p.att)) || !edges ||
                     p.channels == 0,

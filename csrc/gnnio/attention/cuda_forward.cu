@@ -31,7 +31,7 @@ struct Partial {  // workspace layout of the work items' partial states
 template <ScoreKind K, int CPL, bool kKeyIsValue>
 constexpr int kForwardMinBlocks = CPL >= 8 ? 2 : (K == ScoreKind::kGat || kKeyIsValue ? 4 : 3);
 
-// kKeyIsValue: key_is_value(p) (dispatch_kind_kv).
+// kKeyIsValue: key_is_value(p), or for GAT gat_scores_from_rows(p) (dispatch_kind_kv<true>).
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue>
 __global__ void __launch_bounds__(kThreads, (kForwardMinBlocks<K, CPL, kKeyIsValue>))
     forward_kernel(AttentionParams p, Partial part) {
@@ -56,7 +56,11 @@ __global__ void __launch_bounds__(kThreads, (kForwardMinBlocks<K, CPL, kKeyIsVal
     end = it[2];
   }
   DstSide<scalar_t, CPL> d;
-  d.load(p, i, h, g.sub, p.vector_io);
+  if constexpr (K == ScoreKind::kGat && kKeyIsValue) {
+    d.load_gat_rows(p, g, i, h, p.vector_io);
+  } else {
+    d.load(p, i, h, g.sub, p.vector_io);
+  }
   float m = -INFINITY, s = 0.0f, acc[CPL];
 #pragma unroll
   for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
@@ -73,8 +77,8 @@ __global__ void __launch_bounds__(kThreads, (kForwardMinBlocks<K, CPL, kKeyIsVal
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k = base + u0 + (u < n ? u : 0);
-      load_key<K, scalar_t, L, CPL>(p, g, j[u], k, h, kk[u]);
-      if (!kKeyIsValue) {  // GATv2's key is its value (no edge terms): one load serves both
+      load_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, j[u], k, h, kk[u]);
+      if (!kKeyIsValue) {  // the key is the value row: one load serves both
         load_value<scalar_t, L, CPL>(p, g, j[u], k, h, v[u]);
       } else {
 #pragma unroll
@@ -85,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, (kForwardMinBlocks<K, CPL, kKeyIsVal
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float z[CPL];
-      e[u] = score_of<K, scalar_t, L, CPL>(p, g, d, kk[u], z);
+      e[u] = score_of<K, scalar_t, L, CPL, kKeyIsValue>(p, g, d, kk[u], z);
       if (u < n) {
         m_new = fmaxf(m_new, e[u]);
         if (weights && g.sub == 0) weights[(base + u0 + u) * p.heads + h] = e[u];  // normalised later
@@ -277,6 +281,18 @@ Partial partial_of(const AttentionParams& p, void* workspace) {
 
 }  // namespace
 
+bool attention_forward_cuda_gat_scores_from_rows(const AttentionParams& p) {
+  if (p.kind != ScoreKind::kGat || !p.score_att || p.src_score || p.dst_score || p.edge_score ||
+      p.num_dst > p.num_src || p.scalar_type == ScalarType::kFloat64)
+    return false;
+  // head_scores' 16-byte path (head_scores_cuda.cu): 16-byte pieces, at most 32 to a head, and
+  // then dispatch_layout's lanes are its lanes (CPL = its V, L = its G).
+  const int64_t piece = p.scalar_type == ScalarType::kFloat32 ? 4 : 8;
+  return p.channels > 0 && p.channels % piece == 0 && p.channels / piece <= 32 &&
+         reinterpret_cast<uintptr_t>(p.value) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.score_att) % 16 == 0;
+}
+
 size_t attention_forward_cuda_workspace_bytes(const AttentionParams& p) {
   const size_t table = item_offsets_bytes(p.split);
   return table > 0 ? item_offsets_at(p) + table : partial_bytes(p);
@@ -288,6 +304,9 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
   GNNIO_CHECK(p.channels <= kMaxCudaChannels, ErrorKind::kInvalidArgument,
               text("graph_attention on CUDA supports up to ", kMaxCudaChannels,
                    " channels per head, got ", p.channels));
+  GNNIO_CHECK(!gat_scores_from_rows(p) || attention_forward_cuda_gat_scores_from_rows(p),
+              ErrorKind::kInvalidArgument,
+              "graph_attention: these operands need GAT's scores as tensors, not score_att");
   if (p.num_dst == 0 || p.heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   const Partial part = partial_of(p, workspace);
@@ -302,7 +321,7 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
     q.vector_io = rows_aligned(p, CPL, {});
     set_dropout_test(q);
     const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
-    dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
+    dispatch_kind_kv<true>(p, [&](auto kind, auto key_is_value) {
       forward_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL, decltype(key_is_value)::value>
           <<<blocks_for(groups * L), kThreads, 0, s>>>(q, part);
     });

@@ -52,6 +52,14 @@ struct AttentionParams {
   const void* key = nullptr;         // kGatV2, kDot [num_src, H, C]
   const void* edge_key = nullptr;    // kGatV2, kDot [nnz, H, C], optional
   const void* att = nullptr;         // kGatV2 [H, C]
+  // kGat, CUDA forward only (attention_forward_cuda_gat_scores_from_rows): [2, H, C] (a_src,
+  // a_dst) in place of src_score and dst_score: src_score[j,h] = a_src[h] . value[j,h] and
+  // dst_score[i,h] = a_dst[h] . value[i,h] (value's first num_dst rows are the destinations'),
+  // each rounded to value's dtype, formed from the value rows the kernel gathers anyway, with
+  // head_scores' lane order: the same bits as gnnio::head_scores, so that the backward can
+  // recompute the scores with it. Saves the forward the scores' own pass over value and the
+  // random 4-byte score load per slot, which misses L2 (NOTES v14).
+  const void* score_att = nullptr;
   double negative_slope = 0.2;
   double scale = 1.0;
 
@@ -147,6 +155,12 @@ bool attention_backward_cuda_gat_slot_grads(const AttentionBackwardParams& b);
 // pass A (delta_in_pass_a), so that the forward need not keep out for it.
 bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bool grad_att,
                                              bool grad_edge_key, bool grad_edge_value);
+// Whether the CUDA forward can form kind gat's scores from the value rows (score_att) for these
+// operands (p.score_att set, src_score and dst_score not): no edge score, num_dst <= num_src,
+// and the lane layout of head_scores' 16-byte path (value and score_att 16-byte aligned,
+// channels a multiple of 16 bytes and at most 32 pieces of 16), so that the scores are
+// head_scores' bits. The binding otherwise computes the scores with head_scores first.
+bool attention_forward_cuda_gat_scores_from_rows(const AttentionParams& p);
 void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream);
 void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, void* stream);
 // D_i = dout_i . out_i (float32, b.delta) alone, in the backward's own lane order: reads only

@@ -115,11 +115,21 @@ __device__ inline void add_output_bias(const AttentionParams& p, int64_t h, int 
   }
 }
 
+// a . row over a group's channels, as head_scores' 16-byte path sums it (sum += v * att per
+// channel, then the butterfly) and rounded to scalar_t: for GAT's scores from rows.
+template <typename scalar_t, int L, int CPL>
+__device__ inline float row_score(const Group<L>& g, const float (&row)[CPL], const float (&a)[CPL]) {
+  float part = 0.0f;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) part += row[t] * a[t];
+  return to_acc(from_acc<scalar_t>(g.sum(part)));
+}
+
 // Per-task constants: the destination-side operands of row i, head h, kept in registers.
 template <typename scalar_t, int CPL>
 struct DstSide {
   float q[CPL] = {};    // query (GATv2 / dot), 0 beyond C
-  float att[CPL] = {};  // att (GATv2)
+  float att[CPL] = {};  // att (GATv2), a_src (GAT's scores from rows)
   float score;     // dst_score (GAT)
 
   __device__ void load(const AttentionParams& p, int64_t i, int64_t h, int sub, bool vec) {
@@ -132,16 +142,38 @@ struct DstSide {
     const auto* ds = static_cast<const scalar_t*>(p.dst_score);
     score = ds ? to_acc(ds[i * p.heads + h]) : 0.0f;
   }
+
+  // GAT's scores from rows (AttentionParams::score_att): att holds a_src's channels, and score
+  // is a_dst . value_i, summed as head_scores' 16-byte path sums it (each lane's products in
+  // channel order, then the butterfly over the group) and rounded to scalar_t as its caller's
+  // score tensor is: the bits head_scores gives the backward.
+  template <int L>
+  __device__ void load_gat_rows(const AttentionParams& p, const Group<L>& g, int64_t i, int64_t h,
+                                bool vec) {
+    const int64_t H = p.heads, C = p.channels, c0 = int64_t(g.sub) * CPL;
+    const auto* a = static_cast<const scalar_t*>(p.score_att);
+    load_channels<scalar_t, CPL>(a + h * C, c0, C, vec, att);
+    float a_dst[CPL], row[CPL];
+    load_channels<scalar_t, CPL>(a + (H + h) * C, c0, C, vec, a_dst);
+    load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + (i * H + h) * C, c0, C,
+                                 vec, row);
+    score = row_score<scalar_t>(g, row, a_dst);
+  }
 };
 
 // The source-side inputs of slot k's score, loaded apart from the arithmetic so that a kernel
 // can issue the loads of several slots before the first reduction: GAT's two scalars (raw[0]),
-// or key_j + edge_key_k per channel.
-template <ScoreKind K, typename scalar_t, int L, int CPL>
+// or key_j + edge_key_k per channel. kKeyIsValue with GAT: its scores from rows (score_att),
+// whose key is value_j's channels.
+template <ScoreKind K, typename scalar_t, int L, int CPL, bool kKeyIsValue = false>
 __device__ inline void load_key(const AttentionParams& p, const Group<L>& g, int64_t j, int64_t k,
                                 int64_t h, float (&kk)[CPL]) {
   const int64_t H = p.heads, C = p.channels;
-  if constexpr (K == ScoreKind::kGat) {
+  if constexpr (K == ScoreKind::kGat && kKeyIsValue) {
+    load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + (j * H + h) * C,
+                                 int64_t(g.sub) * CPL, C, p.vector_io, kk);
+    return;
+  } else if constexpr (K == ScoreKind::kGat) {
     const auto* ss = static_cast<const scalar_t*>(p.src_score);
     const auto* es = static_cast<const scalar_t*>(p.edge_score);
     kk[0] = to_acc(load_evict_last(ss + j * H + h)) + (es ? to_acc(es[k * H + h]) : 0.0f);
@@ -160,12 +192,15 @@ __device__ inline void load_key(const AttentionParams& p, const Group<L>& g, int
 
 // e of a slot from its loaded key. z keeps what the backward differentiates through: the
 // pre-activation (GAT: z[0]; GATv2: per channel) or the key + edge key (dot).
-template <ScoreKind K, typename scalar_t, int L, int CPL>
+template <ScoreKind K, typename scalar_t, int L, int CPL, bool kKeyIsValue = false>
 __device__ inline float score_of(const AttentionParams& p, const Group<L>& g,
                                  const DstSide<scalar_t, CPL>& d, const float (&kk)[CPL],
                                  float (&z)[CPL]) {
   const float slope = static_cast<float>(p.negative_slope);
-  if constexpr (K == ScoreKind::kGat) {
+  if constexpr (K == ScoreKind::kGat && kKeyIsValue) {
+    z[0] = row_score<scalar_t>(g, kk, d.att) + d.score;
+    return leaky(z[0], slope);
+  } else if constexpr (K == ScoreKind::kGat) {
     z[0] = kk[0] + d.score;
     return leaky(z[0], slope);
   }
@@ -270,15 +305,24 @@ inline bool key_is_value(const AttentionParams& p) {
   return p.kind == ScoreKind::kGatV2 && p.key == p.value && !p.edge_key && !p.edge_value;
 }
 
-// dispatch_kind, and fn's second argument std::true_type when key_is_value(p). A kernel whose
+// Whether GAT's scores come from the value rows (score_att: the CUDA forward only).
+inline bool gat_scores_from_rows(const AttentionParams& p) {
+  return p.kind == ScoreKind::kGat && p.score_att != nullptr;
+}
+
+// dispatch_kind, and fn's second argument std::true_type when key_is_value(p) (or, with
+// kGatRows, gat_scores_from_rows(p): the forward's, whose key is value_j too). A kernel whose
 // key and value rows may differ holds both for its slots in flight even when they are the same
 // (GATv2's forward, pass A and pass B spilled 68-120 bytes a thread at 4 x 32 channels); the
 // constant lets it hold one.
-template <typename Fn>
+template <bool kGatRows = false, typename Fn>
 void dispatch_kind_kv(const AttentionParams& p, Fn&& fn) {
   dispatch_kind(p.kind, [&](auto kind) {
     if constexpr (decltype(kind)::value == ScoreKind::kGatV2) {
       if (key_is_value(p)) return fn(kind, std::true_type{});
+    }
+    if constexpr (kGatRows && decltype(kind)::value == ScoreKind::kGat) {
+      if (gat_scores_from_rows(p)) return fn(kind, std::true_type{});
     }
     fn(kind, std::false_type{});
   });
@@ -378,7 +422,7 @@ inline void set_dropout_test(AttentionParams& p) {
 
 inline bool rows_aligned(const AttentionParams& p, int cpl, std::initializer_list<const void*> more) {
   if (p.channels % cpl != 0) return false;
-  for (const void* ptr : {p.value, p.key, p.query, p.edge_key, p.edge_value, p.att,
+  for (const void* ptr : {p.value, p.key, p.query, p.edge_key, p.edge_value, p.att, p.score_att,
                           static_cast<const void*>(p.out), static_cast<const void*>(p.out_acc)})
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
   for (const void* ptr : more)

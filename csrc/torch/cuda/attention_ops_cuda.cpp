@@ -18,11 +18,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_cuda_
     const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc,
     const OptTensor& bias, bool /*backward_in_place: the autograd's*/) {
   const c10::cuda::CUDAGuard guard(value.device());
-  const auto in = attention_inputs(rowptr, col, kind, value, src_score, dst_score, edge_score, query,
-                                   key, edge_key, att, edge_value, num_dst, negative_slope, scale,
-                                   dropout, seed, rowptr_t, col_t, t2c, heavy_rows, heavy_items,
-                                   light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
+  auto in = attention_inputs(rowptr, col, kind, value, src_score, dst_score, edge_score, query,
+                             key, edge_key, att, edge_value, num_dst, negative_slope, scale,
+                             dropout, seed, rowptr_t, col_t, t2c, heavy_rows, heavy_items,
+                             light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
   AttentionParams p = attention_params(in);
+  // GAT with att: the kernel forms the scores from the value rows it gathers, where it can
+  // (attention_forward_cuda_gat_scores_from_rows); otherwise head_scores first, the same bits.
+  // GNNIO_GAT_SCORES_FROM_ROWS=0 always takes the second way (a measurement knob).
+  at::Tensor scores;
+  if (gat_att_given(in) &&
+      (!attention_forward_cuda_gat_scores_from_rows(p) || env_flag_off("GNNIO_GAT_SCORES_FROM_ROWS"))) {
+    scores = gat_scores_of(value, *att);
+    in = with_gat_scores(std::move(in), scores);
+    p = attention_params(in);
+  }
   set_output_bias(p, value, bias);
   auto [out, stats, weights, out_acc] = attention_outputs(p, value, need_weights, save_out_acc);
   translate_errors([&] {

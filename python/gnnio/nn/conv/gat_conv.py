@@ -164,6 +164,9 @@ class GATConv(torch.nn.Module):
     destination and head (``gnnio.ops.graph_attention(kind='gat')``, online softmax): no E x H
     scores or E x H x C messages are stored, only a per-(node, head) (max, sum) for the backward
     pass, which recomputes the weights (and the same dropout mask, from its seed).
+    With one projection for both sides and no edge features, the scores
+    :math:`\mathbf{a}^{h\top}\mathbf{\Theta}^{h}\mathbf{x}` are formed on CUDA by that pass from
+    the rows it gathers (``graph_attention`` with ``att``): no pass over the projection for them.
     ``return_attention_weights`` is the one case that materialises the E x H weights.
 
     Args:
@@ -263,12 +266,6 @@ class GATConv(torch.nn.Module):
         shared = x_dst is x_src and self.lin is not None
         h_src = lin_src(x_src).view(-1, H, C)
         h_dst = None if x_dst is None else (h_src if shared else lin_dst(x_dst).view(-1, H, C))
-        # PyG's (h * att).sum(-1), fused: no N x H x C product in either pass.
-        if shared:
-            alpha_src, alpha_dst = head_scores(h_src, torch.cat([self.att_src, self.att_dst]))
-        else:
-            alpha_src = head_scores(h_src, self.att_src)[0]
-            alpha_dst = None if h_dst is None else head_scores(h_dst, self.att_dst)[0]
 
         num_src, num_dst = _sizes(x_src, x_dst, size)
         graph = self._graphs.get(edge_index, num_src, num_dst)
@@ -276,6 +273,17 @@ class GATConv(torch.nn.Module):
             edge_attr = None  # PyG ignores edge features without edge_dim
         elif edge_attr is not None:
             edge_attr = _check_edge_attr("GATConv", edge_attr, graph.num_edges, self.edge_dim)
+        # PyG's (h * att).sum(-1), fused: no N x H x C product in either pass. With one
+        # projection for both sides, no edge term and no weights returned, the op takes att
+        # itself and forms the scores from the rows (on CUDA inside the attention kernel).
+        att = alpha_src = alpha_dst = None
+        if shared and edge_attr is None and not return_attention_weights:
+            att = torch.cat([self.att_src, self.att_dst])
+        elif shared:
+            alpha_src, alpha_dst = head_scores(h_src, torch.cat([self.att_src, self.att_dst]))
+        else:
+            alpha_src = head_scores(h_src, self.att_src)[0]
+            alpha_dst = None if h_dst is None else head_scores(h_dst, self.att_dst)[0]
         if self.add_self_loops:
             graph, edge_attr = _with_self_loops(graph, min(num_src, num_dst), edge_attr,
                                                 self.fill_value)
@@ -285,7 +293,7 @@ class GATConv(torch.nn.Module):
             edge_score = head_scores(e.view(-1, H, C), self.att_edge)[0]
         op_bias = _op_bias(self.concat, res, self.bias, h_src)
         result = graph_attention(graph, "gat", h_src, src_score=alpha_src, dst_score=alpha_dst,
-                                 edge_score=edge_score, negative_slope=self.negative_slope,
+                                 att=att, edge_score=edge_score, negative_slope=self.negative_slope,
                                  dropout=self.dropout if self.training else 0.0,
                                  return_weights=bool(return_attention_weights), bias=op_bias)
         out, alpha = result if return_attention_weights else (result, None)
