@@ -60,6 +60,7 @@ void gat_score_grads_to_rows(const at::Tensor& value, const at::Tensor& att, int
   auto grad_scores = at::zeros({2, value.size(0), value.size(1)}, value.options().dtype(acc));
   grad_scores.select(0, 0).copy_(g[1 + kSrcScore]);
   grad_scores.select(0, 1).narrow(0, 0, num_dst).copy_(g[1 + kDstScore]);
+  g[1 + kSrcScore] = g[1 + kDstScore] = at::Tensor();  // not returned: free before grad_x
   // As gat_scores_of: the CPU kernels take bf16 / fp16 rows upcast.
   const at::Tensor x = value.is_cpu() && low_precision(value) ? value.to(at::kFloat) : value;
   const bool x_grad = needs[0] != 0, att_grad = needs[1 + kAtt] != 0;
@@ -259,6 +260,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     auto g = op.call(s[0], s[1], ctx->saved_data["kind"].toInt(), s[2], operands, num_dst, coeffs,
                      ctx->saved_data["seed"].toInt(), s[11], s[12], s[13], splits,
                      ctx->saved_data["light_max"].toIntVector(), out, s[18], grad_out, call_needs);
+    operands.clear();  // the scores' last references: freed before head_scores' backward
     scores.reset();
     if (score_grads) gat_score_grads_to_rows(value, att, num_dst, needs, g);
     if (in_place) {

@@ -328,8 +328,8 @@ void dispatch_kind_kv(const AttentionParams& p, Fn&& fn) {
   });
 }
 
-inline int blocks_for(int64_t threads) {
-  const int64_t b = (threads + kThreads - 1) / kThreads;
+inline int blocks_for(int64_t threads, int64_t block = kThreads) {
+  const int64_t b = (threads + block - 1) / block;
   return static_cast<int>(b < 1 ? 1 : (b > (1 << 30) ? (1 << 30) : b));
 }
 
