@@ -55,20 +55,28 @@ void gat_score_grads_to_rows(const at::Tensor& value, const at::Tensor& att, int
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("gnnio::head_scores_backward", "")
                        .typed<std::tuple<at::Tensor, at::Tensor>(
-                           const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, bool)>();
+                           const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, bool,
+                           const c10::optional<at::Tensor>&)>();
   const auto acc = accumulator_dtype(value);
   auto grad_scores = at::zeros({2, value.size(0), value.size(1)}, value.options().dtype(acc));
   grad_scores.select(0, 0).copy_(g[1 + kSrcScore]);
   grad_scores.select(0, 1).narrow(0, 0, num_dst).copy_(g[1 + kDstScore]);
   g[1 + kSrcScore] = g[1 + kDstScore] = at::Tensor();  // not returned: free before grad_x
   // As gat_scores_of: the CPU kernels take bf16 / fp16 rows upcast.
-  const at::Tensor x = value.is_cpu() && low_precision(value) ? value.to(at::kFloat) : value;
+  const bool upcast = value.is_cpu() && low_precision(value);
+  const at::Tensor x = upcast ? value.to(at::kFloat) : value;
   const bool x_grad = needs[0] != 0, att_grad = needs[1 + kAtt] != 0;
-  auto [grad_x, grad_att] = op.call(x, att.to(acc).contiguous(), grad_scores, x_grad, att_grad);
-  // In place: g[0] is the backward op's own new tensor, and a third [N, H, C] buffer for the
-  // sum would raise the backward's peak (GATConv on powerlaw-1M-16M: 2.52 GiB against 1.98,
-  // measured). The same fl(g + grad_x) as autograd's sum of the two gradients.
-  if (x_grad) g[0].add_(grad_x.to(value.scalar_type()));
+  // d x is added into g[0], the backward op's own new tensor, as fl(g + fl(d x)): autograd's
+  // sum of the two gradients, with no [N, H, C] buffer for d x alone (a separate sum into a new
+  // tensor raised GATConv's backward peak on powerlaw-1M-16M from 1.98 to 2.52 GiB, NOTES v16).
+  const bool into = x_grad && !upcast;
+  at::Tensor grad_x, grad_att;
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;  // g[0] is no autograd variable of anyone's yet
+    std::tie(grad_x, grad_att) = op.call(x, att.to(acc).contiguous(), grad_scores, x_grad, att_grad,
+                                         into ? c10::optional<at::Tensor>(g[0]) : c10::nullopt);
+  }
+  if (x_grad && !into) g[0].add_(grad_x.to(value.scalar_type()));
   if (att_grad) g[1 + kAtt] = grad_att.to(att.scalar_type());
 }
 

@@ -41,10 +41,12 @@ inline HeadScoresParams head_scores_params(const at::Tensor& x, const at::Tensor
   return p;
 }
 
-// Fills the backward params; grad_x and att_partials are allocated here when asked for.
+// Fills the backward params; grad_x and att_partials are allocated here when asked for, except
+// that with grad_x_into (x's shape, dtype and device, contiguous) d x is added into that tensor.
 inline HeadScoresBackwardParams head_scores_backward_params(
     const at::Tensor& x, const at::Tensor& att, const at::Tensor& grad_score, bool x_grad,
-    bool att_grad, at::Tensor& grad_x, at::Tensor& att_partials) {
+    bool att_grad, const c10::optional<at::Tensor>& grad_x_into, at::Tensor& grad_x,
+    at::Tensor& att_partials) {
   check_head_scores_inputs(x, att, "head_scores backward");
   const int64_t N = x.size(0), A = att.size(0), H = x.size(1), C = x.size(2);
   TORCH_CHECK_VALUE(grad_score.sizes() == at::IntArrayRef({A, N, H}) && grad_score.is_contiguous() &&
@@ -54,7 +56,16 @@ inline HeadScoresBackwardParams head_scores_backward_params(
                          dtype_text(grad_score.scalar_type())));
   check_same_device(x, "x", grad_score, "grad_score");
   HeadScoresBackwardParams p;
-  if (x_grad) {
+  if (grad_x_into.has_value()) {
+    const at::Tensor& into = *grad_x_into;
+    TORCH_CHECK_VALUE(x_grad && into.sizes() == x.sizes() && into.scalar_type() == x.scalar_type() &&
+                          into.is_contiguous(),
+                      "head_scores backward: grad_x_into must be x's contiguous [N, H, C] in x's "
+                      "dtype, with x_grad");
+    check_same_device(x, "x", into, "grad_x_into");
+    p.grad_x = into.data_ptr();
+    p.grad_x_accumulate = true;
+  } else if (x_grad) {
     grad_x = at::empty_like(x);
     p.grad_x = grad_x.data_ptr();
   }

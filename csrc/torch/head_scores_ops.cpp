@@ -20,9 +20,10 @@ at::Tensor head_scores_cpu_impl(const at::Tensor& x, const at::Tensor& att) {
 
 std::tuple<at::Tensor, at::Tensor> head_scores_backward_cpu_impl(
     const at::Tensor& x, const at::Tensor& att, const at::Tensor& grad_score, bool x_grad,
-    bool att_grad) {
+    bool att_grad, const c10::optional<at::Tensor>& grad_x_into) {
   at::Tensor grad_x, partials;
-  const auto p = head_scores_backward_params(x, att, grad_score, x_grad, att_grad, grad_x, partials);
+  const auto p = head_scores_backward_params(x, att, grad_score, x_grad, att_grad, grad_x_into,
+                                            grad_x, partials);
   translate_errors([&] { head_scores_backward_cpu(p); });
   return head_scores_grads(x, att, grad_x, partials);
 }
@@ -40,8 +41,9 @@ std::tuple<at::Tensor, at::Tensor> call_backward(const at::Tensor& x, const at::
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("gnnio::head_scores_backward", "")
                        .typed<std::tuple<at::Tensor, at::Tensor>(
-                           const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, bool)>();
-  return op.call(x, att, grad_score, x_grad, att_grad);
+                           const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, bool,
+                           const c10::optional<at::Tensor>&)>();
+  return op.call(x, att, grad_score, x_grad, att_grad, c10::nullopt);
 }
 
 class HeadScoresFunction : public torch::autograd::Function<HeadScoresFunction> {

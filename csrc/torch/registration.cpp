@@ -130,9 +130,12 @@ TORCH_LIBRARY(gnnio, m) {
   // x[n, h, c] * att[a, h, c] for 1 to 4 vectors a; att and score in the accumulator type
   // (float64 for float64 x, else float32). The backward returns (d x, d att), each an empty
   // tensor when not asked for; d att is summed per chunk of rows and the chunks in a fixed order.
+  // With grad_x_into (x's shape and dtype) d x is added into it, fl(grad_x_into + fl(d x)), and
+  // grad_x is returned empty: a caller summing d x with another gradient of x needs no buffer
+  // for d x alone.
   m.def("head_scores(Tensor x, Tensor att) -> Tensor");
   m.def("head_scores_backward(Tensor x, Tensor att, Tensor grad_score, bool x_grad, "
-        "bool att_grad) -> (Tensor grad_x, Tensor grad_att)");
+        "bool att_grad, Tensor(a!)? grad_x_into=None) -> (Tensor grad_x, Tensor grad_att)");
   // D_i = grad_out_i . out_i per (destination, head), [num_dst, H] float32, in the CUDA
   // backward's summation order (out: the forward's out, or its float32 out_acc for bf16/fp16
   // grad_out). graph_attention_backward takes it in place of out, so the autograd can free out

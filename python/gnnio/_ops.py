@@ -115,8 +115,8 @@ def _head_scores_fake(x, att):
 
 
 @torch.library.register_fake("gnnio::head_scores_backward")
-def _head_scores_backward_fake(x, att, grad_score, x_grad, att_grad):
-    return (x.new_empty(x.shape) if x_grad else x.new_empty(0),
+def _head_scores_backward_fake(x, att, grad_score, x_grad, att_grad, grad_x_into=None):
+    return (x.new_empty(x.shape) if x_grad and grad_x_into is None else x.new_empty(0),
             att.new_empty(att.shape) if att_grad else att.new_empty(0))
 
 

@@ -93,6 +93,31 @@ INSTANTIATE_TEST_SUITE_P(Shapes, HeadScoresCpu,
                                            Shape{200, 2, 8, 8}, Shape{65, 4, 2, 5}, Shape{0, 2, 4, 8},
                                            Shape{70, 2, 4, 0}));
 
+// grad_x_accumulate: d x is added into what grad_x holds, the same float as a sum afterwards.
+TEST(HeadScoresCpuAccumulate, AddsIntoGradX) {
+  const int64_t N = 130, A = 2, H = 4, C = 8, HC = H * C;
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<double> normal;
+  std::vector<float> x(N * HC), att(A * HC), g(N * A * H), other(N * HC);
+  for (auto* v : {&x, &att, &g, &other})
+    for (auto& e : *v) e = static_cast<float>(normal(rng));
+  gnnio::HeadScoresBackwardParams b;
+  b.x = x.data();
+  b.att = att.data();
+  b.grad_score = g.data();
+  b.num_rows = N;
+  b.num_att = A;
+  b.heads = H;
+  b.channels = C;
+  std::vector<float> alone(N * HC), into = other;
+  b.grad_x = alone.data();
+  gnnio::head_scores_backward_cpu(b);
+  b.grad_x = into.data();
+  b.grad_x_accumulate = true;
+  gnnio::head_scores_backward_cpu(b);
+  for (int64_t i = 0; i < N * HC; ++i) EXPECT_EQ(into[i], other[i] + alone[i]) << i;
+}
+
 TEST(HeadScoresCpuErrors, RefusesHalfTypes) {
   gnnio::HeadScoresParams p;
   p.scalar_type = gnnio::ScalarType::kBFloat16;

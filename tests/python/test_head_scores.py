@@ -172,6 +172,40 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.gnnio.head_scores.default, (x, att))
 
 
+def _backward_into_case(shape, dtype, device, gen):
+    x, att, g = operands(*shape, dtype, "cpu", gen)
+    if dtype != torch.float64:  # att and the score gradient in float32, as a layer's are
+        att, g = att.float(), g.float()
+    other = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(dtype)
+    return x.to(device), att.to(device), g.to(device), other.to(device)
+
+
+def check_backward_into(x, att, g, other):
+    # grad_x_into: d x added into another gradient of x, fl(other + fl(d x)), as autograd's sum
+    # of the two would be: the same bits, no buffer for d x, and d att unchanged.
+    op = torch.ops.gnnio.head_scores_backward
+    gx, gatt = op(x, att, g, True, True)
+    into = other.clone()
+    empty, gatt_into = op(x, att, g, True, True, grad_x_into=into)
+    assert empty.numel() == 0
+    assert torch.equal(into, other + gx)
+    assert torch.equal(gatt_into, gatt)
+    with pytest.raises(ValueError, match="grad_x_into"):
+        op(x, att, g, False, True, grad_x_into=other.clone())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_backward_into_is_the_sum(dtype):
+    gen = torch.Generator().manual_seed(torch.seed() % 2**31)
+    check_backward_into(*_backward_into_case((300, 2, 4, 8), dtype, "cpu", gen))
+
+
+def test_opcheck_backward_into():
+    x, att, g = torch.randn(70, 2, 8), torch.randn(2, 2, 8), torch.randn(2, 70, 2)
+    torch.library.opcheck(torch.ops.gnnio.head_scores_backward.default, (x, att, g, True, True),
+                          {"grad_x_into": torch.randn(70, 2, 8)})
+
+
 # --- CUDA --------------------------------------------------------------------------------------
 
 CUDA_SHAPES = SHAPES + [(300_000, 2, 4, 32), (100_003, 1, 8, 3), (4097, 2, 2, 200)]
@@ -237,3 +271,12 @@ def test_cuda_backward_paths_agree_bitwise(shape, dtype):
         grads.append(torch.autograd.grad(score, (leaf, att_leaf), g.to(score.dtype)))
     for vec, column in zip(*grads):
         assert torch.equal(vec, column)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(300_000, 2, 4, 32), (1000, 2, 3, 5)], ids=["vec", "columns"])
+def test_cuda_backward_into_is_the_sum(shape, dtype):
+    # Both backward kernels: 16-byte pieces (4 x 32) and the column kernel (5 channels).
+    gen = torch.Generator().manual_seed(torch.seed() % 2**31)
+    check_backward_into(*_backward_into_case(shape, dtype, "cuda", gen))

@@ -45,11 +45,11 @@ __global__ void delta_kernel(AttentionBackwardParams b) {
 // GATv2's d att in per-block sums (b.att_blocks): each lane group's share of row i (zero for
 // work items and skipped tasks) is added over the block's groups of the same head, in group
 // order, into row blockIdx.x of grad_att_partial [att_blocks + num_heavy, H, C]. Every thread
-// of the block must call it; the launch gives it kThreads * CPL floats of dynamic shared memory
+// of the block must call it; the launch gives it kRowThreads * CPL floats of dynamic shared memory
 // (none when att_blocks is 0, so the other kernels keep all of L1).
 template <int L, int CPL>
 __device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& g, const float (&datt)[CPL]) {
-  constexpr int G = kThreads / L;
+  constexpr int G = kRowThreads / L;
   extern __shared__ float shared[];  // [G][C], C <= L * CPL
   const int64_t H = b.fwd.heads, C = b.fwd.channels;
   const int q = threadIdx.x / L;
@@ -61,7 +61,7 @@ __device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& 
   __syncthreads();
   const int64_t first_group = int64_t(blockIdx.x) * G;
   float* row = static_cast<float*>(b.grad_att_partial) + int64_t(blockIdx.x) * H * C;
-  for (int64_t x = threadIdx.x; x < H * C; x += kThreads) {
+  for (int64_t x = threadIdx.x; x < H * C; x += kRowThreads) {
     const int64_t h = x / C, c = x % C;
     float sum = 0.0f;
     for (int w = static_cast<int>((h - first_group % H + H) % H); w < G; w += static_cast<int>(H))
@@ -73,7 +73,7 @@ __device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& 
 // kOnline (GATv2 and dot): b.delta_in_pass_a. A template parameter, so that the default kernel
 // carries none of that mode's registers. kKeyIsValue: key_is_value(p) (dispatch_kind_kv).
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue, bool kOnline>
-__global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_a_kernel(AttentionBackwardParams b, Partials part) {
+__global__ void __launch_bounds__(kRowThreads, row_blocks(CPL >= 8 ? 2 : 3)) pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -280,7 +280,7 @@ __global__ void slot_sum_kernel(AttentionBackwardParams b, Partials part) {
 
 // Pass A's grid: one lane group per (task, head).
 int64_t pass_a_blocks(const AttentionParams& p, int lanes) {
-  return blocks_for((p.num_dst + p.split.num_items) * p.heads * lanes);
+  return blocks_for((p.num_dst + p.split.num_items) * p.heads * lanes, kRowThreads);
 }
 
 }  // namespace
@@ -302,7 +302,7 @@ int64_t attention_backward_cuda_att_blocks(const AttentionBackwardParams& b) {
     constexpr int L = decltype(l)::value;
     // Per-block sums pay off when a block holds several rows of each head: with G groups
     // and H heads a block's H x C sums replace G x C per-row ones.
-    if (kThreads / L >= 4 * p.heads) blocks = pass_a_blocks(p, L);
+    if (kRowThreads / L >= 4 * p.heads) blocks = pass_a_blocks(p, L);
   });
   return blocks;
 }
@@ -476,7 +476,7 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
               kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
               knob && knob[0] == '2' ? int(cudaSharedmemCarveoutMaxL1) : int(cudaSharedmemCarveoutDefault)));
         }
-        kernel<<<pass_a_blocks(p, L), kThreads, b.att_blocks > 0 ? kThreads * CPL * sizeof(float) : 0, s>>>(q, part_a);
+        kernel<<<pass_a_blocks(p, L), kRowThreads, b.att_blocks > 0 ? kRowThreads * CPL * sizeof(float) : 0, s>>>(q, part_a);
       };
       dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
         constexpr ScoreKind KK = decltype(kind)::value;

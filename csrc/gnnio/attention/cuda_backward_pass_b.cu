@@ -12,7 +12,7 @@ namespace attention_detail {
 namespace {
 
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue>
-__global__ void __launch_bounds__(kThreads, CPL >= 8 ? 2 : 3) pass_b_kernel(AttentionBackwardParams b, Partials part) {
+__global__ void __launch_bounds__(kRowThreads, row_blocks(CPL >= 8 ? 2 : 3)) pass_b_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -150,7 +150,7 @@ void attention_pass_b_cuda(const AttentionBackwardParams& q, const RowSplit& spl
     const int64_t H = p.heads;
     dispatch_kind_kv(p, [&](auto kind, auto key_is_value) {
       pass_b_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL, decltype(key_is_value)::value>
-          <<<blocks_for((p.num_src + q.split_t.num_items) * H * L), kThreads, 0, s>>>(q, part_b);
+          <<<blocks_for((p.num_src + q.split_t.num_items) * H * L, kRowThreads), kRowThreads, 0, s>>>(q, part_b);
     });
     if (q.split_t.num_heavy > 0) {
       const size_t smem = (kMergeThreads / L) * part_b.stride * sizeof(float);

@@ -22,12 +22,6 @@ struct Partial {  // workspace layout of the work items' partial states
   float* acc;     // [num_items, H, C]
 };
 
-// The forward's blocks are half the other kernels': a block retires when its longest row does,
-// and the warps of its shorter rows idle until then (GAT's forward from rows at 256 threads: 40%
-// achieved occupancy of a 50% theoretical, ncu, NOTES v16). 128-thread blocks waste half as many
-// warps that way, at the same registers per thread.
-constexpr int kForwardThreads = 128;
-
 // Blocks of kThreads (256) per SM that the forward's registers are bounded for. The kernel is
 // latency-bound (ncu, NOTES v14: long-scoreboard stalls first, DRAM at 41-49% of peak), so more
 // resident warps mean more rows in flight. With float32 rows GAT and GATv2 whose key is its value
@@ -39,8 +33,7 @@ constexpr int kForwardMinBlocks = CPL >= 8 ? 2 : (K == ScoreKind::kGat || kKeyIs
 
 // kKeyIsValue: key_is_value(p), or for GAT gat_scores_from_rows(p) (dispatch_kind_kv<true>).
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue>
-__global__ void __launch_bounds__(kForwardThreads,
-                                  (kForwardMinBlocks<K, CPL, kKeyIsValue> * kThreads / kForwardThreads))
+__global__ void __launch_bounds__(kRowThreads, row_blocks(kForwardMinBlocks<K, CPL, kKeyIsValue>))
     forward_kernel(AttentionParams p, Partial part) {
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -330,7 +323,7 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
     const int64_t groups = (p.num_dst + p.split.num_items) * p.heads;
     dispatch_kind_kv<true>(p, [&](auto kind, auto key_is_value) {
       forward_kernel<decltype(kind)::value, scalar_t, index_t, L, CPL, decltype(key_is_value)::value>
-          <<<blocks_for(groups * L, kForwardThreads), kForwardThreads, 0, s>>>(q, part);
+          <<<blocks_for(groups * L, kRowThreads), kRowThreads, 0, s>>>(q, part);
     });
     GNNIO_CUDA_CHECK(cudaGetLastError());
     if (p.split.num_heavy > 0) {

@@ -37,6 +37,9 @@ struct HeadScoresBackwardParams {
   // d x[n, h, c] = sum_a grad_score[a, n, h] * att[a, h, c]: [num_rows, heads, channels] in x's
   // type, or null when not needed.
   void* grad_x = nullptr;
+  // grad_x already holds a gradient of x that d x is added to: grad_x = fl(grad_x + fl(d x)),
+  // autograd's sum of the two in x's type, without a buffer for d x alone.
+  bool grad_x_accumulate = false;
   // [head_score_chunks(num_rows), num_att, heads * channels], accumulator type: chunk k's
   // sum over its rows n of grad_score[a, n, h] * x[n, h, c]; or null when not needed.
   void* att_partials = nullptr;

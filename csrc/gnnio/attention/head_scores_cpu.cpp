@@ -52,7 +52,7 @@ void backward(const HeadScoresBackwardParams& p) {
         if (grad_x) {
           scalar_t acc = 0;
           for (int64_t a = 0; a < A; ++a) acc += gr[a * NH + h] * att[a * HC + j];
-          grad_x[n * HC + j] = acc;
+          grad_x[n * HC + j] = p.grad_x_accumulate ? grad_x[n * HC + j] + acc : acc;
         }
         if (part)
           for (int64_t a = 0; a < A; ++a) part[a * HC + j] += gr[a * NH + h] * xr[j];

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kBackwardMaxThreads)
                                 const acc_type_t<scalar_t>* __restrict__ att,
                                 const acc_type_t<scalar_t>* __restrict__ grad_score,
                                 scalar_t* __restrict__ grad_x, acc_type_t<scalar_t>* __restrict__ partials,
-                                int64_t num_rows, int heads, int channels, int num_att) {
+                                int64_t num_rows, int heads, int channels, int num_att, bool accumulate) {
   using acc_t = acc_type_t<scalar_t>;
   const int64_t hc = int64_t(heads) * channels;
   const int64_t begin = int64_t(blockIdx.x) * kHeadScoreChunkRows;
@@ -155,7 +155,10 @@ __global__ void __launch_bounds__(kBackwardMaxThreads)
         dx += ga * att_j[a];
         part[a] += ga * v;
       }
-      if (grad_x) grad_x[n * hc + j] = from_acc<scalar_t>(dx);
+      if (grad_x) {
+        const scalar_t d = from_acc<scalar_t>(dx);
+        grad_x[n * hc + j] = accumulate ? from_acc<scalar_t>(to_acc(grad_x[n * hc + j]) + to_acc(d)) : d;
+      }
     }
     if (partials)
       for (int a = 0; a < num_att; ++a) partials[(int64_t(blockIdx.x) * num_att + a) * hc + j] = part[a];
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(kBackwardMaxThreads)
                                     const acc_type_t<scalar_t>* __restrict__ grad_score,
                                     scalar_t* __restrict__ grad_x,
                                     acc_type_t<scalar_t>* __restrict__ partials, int64_t num_rows,
-                                    int heads, int channels, int num_att) {
+                                    int heads, int channels, int num_att, bool accumulate) {
   using acc_t = acc_type_t<scalar_t>;
   constexpr int V = 16 / sizeof(scalar_t);
   const int64_t hc = int64_t(heads) * channels, pieces = hc / V;
@@ -193,12 +196,13 @@ __global__ void __launch_bounds__(kBackwardMaxThreads)
       }
     }
     for (int64_t n0 = begin; n0 < end; n0 += kBackwardRows) {
-      Vec<scalar_t, V> xv[kBackwardRows];
+      Vec<scalar_t, V> xv[kBackwardRows], old[kBackwardRows];
       acc_t ga[kBackwardRows][kMaxAtt];
 #pragma unroll
       for (int r = 0; r < kBackwardRows; ++r) {  // loads first (past the end: row n0 again)
         const int64_t n = n0 + r < end ? n0 + r : n0;
         xv[r] = load_vec<V>(x + n * hc + j0);
+        if (accumulate) old[r] = load_vec<V>(grad_x + n * hc + j0);
 #pragma unroll
         for (int a = 0; a < kMaxAtt; ++a)  // vectors past num_att: vector 0's entry, unused
           ga[r][a] = grad_score[(int64_t(a < num_att ? a : 0) * num_rows + n) * heads + h];
@@ -218,6 +222,7 @@ __global__ void __launch_bounds__(kBackwardMaxThreads)
             part[a][e] += ga[r][a] * v;
           }
           dx_out.v[e] = from_acc<scalar_t>(dx);
+          if (accumulate) dx_out.v[e] = from_acc<scalar_t>(to_acc(old[r].v[e]) + to_acc(dx_out.v[e]));
         }
         if (grad_x) store_vec<V>(grad_x + (n0 + r) * hc + j0, dx_out);
       }
@@ -280,7 +285,7 @@ void launch_backward(const HeadScoresBackwardParams& p, cudaStream_t stream) {
         static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
         static_cast<const acc_t*>(p.grad_score), static_cast<scalar_t*>(p.grad_x),
         static_cast<acc_t*>(p.att_partials), p.num_rows, int(p.heads), int(p.channels),
-        int(p.num_att));
+        int(p.num_att), p.grad_x_accumulate && p.grad_x);
     return;
   }
   const int threads = int(std::min<int64_t>(kBackwardMaxThreads, (hc + 31) / 32 * 32));
@@ -288,7 +293,7 @@ void launch_backward(const HeadScoresBackwardParams& p, cudaStream_t stream) {
       static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
       static_cast<const acc_t*>(p.grad_score), static_cast<scalar_t*>(p.grad_x),
       static_cast<acc_t*>(p.att_partials), p.num_rows, int(p.heads), int(p.channels),
-      int(p.num_att));
+      int(p.num_att), p.grad_x_accumulate && p.grad_x);
 }
 
 void check_sizes(int64_t num_att, int64_t heads, int64_t channels, const char* what) {

@@ -36,6 +36,13 @@ constexpr int kMergeBatch = 4;
 // A row's items are capped (plan.py's ATTENTION_MAX_ITEMS) so that 128 / L groups suffice.
 constexpr int kMergeThreads = 128;
 constexpr float kSoftmaxEps = 1e-16f;
+// Blocks of the per-row kernels (forward, pass A, pass B): half of kThreads. A block retires
+// when its longest row does, and the warps of its shorter rows idle until then (GAT's forward
+// at 256 threads: 40% achieved occupancy of a 50% theoretical, ncu, NOTES v16); 128-thread
+// blocks waste half as many warps that way, at the same registers per thread.
+constexpr int kRowThreads = 128;
+// __launch_bounds__' blocks per SM of kRowThreads for a register bound given in blocks of kThreads.
+constexpr int row_blocks(int blocks_of_k_threads) { return blocks_of_k_threads * kThreads / kRowThreads; }
 
 template <int L>
 struct Group {

@@ -17,10 +17,11 @@ at::Tensor head_scores_cuda_impl(const at::Tensor& x, const at::Tensor& att) {
 
 std::tuple<at::Tensor, at::Tensor> head_scores_backward_cuda_impl(
     const at::Tensor& x, const at::Tensor& att, const at::Tensor& grad_score, bool x_grad,
-    bool att_grad) {
+    bool att_grad, const c10::optional<at::Tensor>& grad_x_into) {
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor grad_x, partials;
-  const auto p = head_scores_backward_params(x, att, grad_score, x_grad, att_grad, grad_x, partials);
+  const auto p = head_scores_backward_params(x, att, grad_score, x_grad, att_grad, grad_x_into,
+                                            grad_x, partials);
   translate_errors([&] { head_scores_backward_cuda(p, at::cuda::getCurrentCUDAStream().stream()); });
   return head_scores_grads(x, att, grad_x, partials);
 }
