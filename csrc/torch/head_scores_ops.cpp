@@ -1,6 +1,7 @@
 // CPU implementation and autograd of gnnio::head_scores (GAT's per-node scores, fused).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 
 #include "head_scores_common.h"
@@ -37,13 +38,14 @@ at::Tensor call_forward(const at::Tensor& x, const at::Tensor& att) {
 
 std::tuple<at::Tensor, at::Tensor> call_backward(const at::Tensor& x, const at::Tensor& att,
                                                  const at::Tensor& grad_score, bool x_grad,
-                                                 bool att_grad) {
+                                                 bool att_grad,
+                                                 const c10::optional<at::Tensor>& grad_x_into = c10::nullopt) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("gnnio::head_scores_backward", "")
                        .typed<std::tuple<at::Tensor, at::Tensor>(
                            const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, bool,
                            const c10::optional<at::Tensor>&)>();
-  return op.call(x, att, grad_score, x_grad, att_grad, c10::nullopt);
+  return op.call(x, att, grad_score, x_grad, att_grad, grad_x_into);
 }
 
 class HeadScoresFunction : public torch::autograd::Function<HeadScoresFunction> {
@@ -88,9 +90,27 @@ TORCH_LIBRARY_IMPL(gnnio, CPU, m) {
   m.impl("head_scores_backward", &head_scores_backward_cpu_impl);
 }
 
+// The backward op has no derivative of its own; with grad_x_into it writes into that tensor, so
+// that tensor's version counter is bumped, as for any in-place op (attention_autograd.cpp's call
+// goes below the autograd keys, into a tensor it has just made).
+std::tuple<at::Tensor, at::Tensor> head_scores_backward_autograd(
+    const at::Tensor& x, const at::Tensor& att, const at::Tensor& grad_score, bool x_grad,
+    bool att_grad, const c10::optional<at::Tensor>& grad_x_into) {
+  TORCH_CHECK(!at::GradMode::is_enabled() ||
+                  !(x.requires_grad() || att.requires_grad() || grad_score.requires_grad()),
+              "gnnio::head_scores_backward is not differentiable (no double backward of head_scores)");
+  std::tuple<at::Tensor, at::Tensor> grads;
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    grads = call_backward(x, att, grad_score, x_grad, att_grad, grad_x_into);
+  }
+  if (grad_x_into.has_value()) torch::autograd::increment_version(*grad_x_into);
+  return grads;
+}
+
 TORCH_LIBRARY_IMPL(gnnio, Autograd, m) {
   m.impl("head_scores", &head_scores_autograd);
-  m.impl("head_scores_backward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("head_scores_backward", &head_scores_backward_autograd);
 }
 
 }  // namespace gnnio::binding

@@ -92,15 +92,18 @@ def test_att_where_the_kernel_cannot_form_the_scores(device, channels):
         assert torch.equal(out, out_ref) and torch.equal(gv, gv_ref) and torch.equal(ga, ga_ref)
 
 
-def test_att_with_edge_score_and_weights(device):
+def test_att_with_edge_terms_and_weights(device):
+    # Edge scores and edge values: the message is value_j + edge_value_k, not the row the
+    # kernel scores, so these take head_scores' scores (a review found edge_value dropped).
     gen = torch.Generator().manual_seed(torch.seed() % 2**31)
     ei, n = random_graph(200, 2000, generator=gen)
     graph = gnnio.Graph(ei.to(device), num_nodes=n)
     value, att = _draw(graph, torch.float32, device, gen)
     edge_score = torch.randn(graph.num_edges, H, generator=gen).to(device)
+    edge_value = torch.randn(graph.num_edges, H, C, generator=gen).to(device)
     s = gnnio.ops.head_scores(value, att)
-    for kw in (dict(edge_score=edge_score), dict(return_weights=True), dict(edge_score=edge_score,
-                                                                         return_weights=True)):
+    for kw in (dict(edge_score=edge_score), dict(edge_value=edge_value), dict(return_weights=True),
+               dict(edge_score=edge_score, edge_value=edge_value, return_weights=True)):
         got = gnnio.ops.graph_attention(graph, "gat", value, att=att, **kw)
         ref = gnnio.ops.graph_attention(graph, "gat", value, src_score=s[0], dst_score=s[1], **kw)
         for g, r in zip(got if isinstance(got, tuple) else (got,), ref if isinstance(ref, tuple) else (ref,)):

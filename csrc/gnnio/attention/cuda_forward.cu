@@ -282,8 +282,9 @@ Partial partial_of(const AttentionParams& p, void* workspace) {
 }  // namespace
 
 bool attention_forward_cuda_gat_scores_from_rows(const AttentionParams& p) {
+  // The kernel's message is then the row it scored (kKeyIsValue): no edge value added to it.
   if (p.kind != ScoreKind::kGat || !p.score_att || p.src_score || p.dst_score || p.edge_score ||
-      p.num_dst > p.num_src || p.scalar_type == ScalarType::kFloat64)
+      p.edge_value || p.num_dst > p.num_src || p.scalar_type == ScalarType::kFloat64)
     return false;
   // head_scores' 16-byte path (head_scores_cuda.cu): 16-byte pieces, at most 32 to a head, and
   // then dispatch_layout's lanes are its lanes (CPL = its V, L = its G).

@@ -156,7 +156,7 @@ bool attention_backward_cuda_gat_slot_grads(const AttentionBackwardParams& b);
 bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bool grad_att,
                                              bool grad_edge_key, bool grad_edge_value);
 // Whether the CUDA forward can form kind gat's scores from the value rows (score_att) for these
-// operands (p.score_att set, src_score and dst_score not): no edge score, num_dst <= num_src,
+// operands (p.score_att set, src_score and dst_score not): no edge score or edge value, num_dst <= num_src,
 // and the lane layout of head_scores' 16-byte path (value and score_att 16-byte aligned,
 // channels a multiple of 16 bytes and at most 32 pieces of 16), so that the scores are
 // head_scores' bits. The binding otherwise computes the scores with head_scores first.
