@@ -59,12 +59,12 @@ void gat_score_grads_to_rows(const at::Tensor& value, const at::Tensor& att, int
                            const c10::optional<at::Tensor>&)>();
   const auto acc = accumulator_dtype(value);
   auto grad_scores = at::zeros({2, value.size(0), value.size(1)}, value.options().dtype(acc));
-  grad_scores.select(0, 0).copy_(g[1 + kSrcScore]);
-  grad_scores.select(0, 1).narrow(0, 0, num_dst).copy_(g[1 + kDstScore]);
+  const auto grad_src_dst = gat_src_dst(grad_scores, num_dst);
+  grad_src_dst[0].copy_(g[1 + kSrcScore]);
+  grad_src_dst[1].copy_(g[1 + kDstScore]);
   g[1 + kSrcScore] = g[1 + kDstScore] = at::Tensor();  // not returned: free before grad_x
-  // As gat_scores_of: the CPU kernels take bf16 / fp16 rows upcast.
-  const bool upcast = value.is_cpu() && low_precision(value);
-  const at::Tensor x = upcast ? value.to(at::kFloat) : value;
+  const bool upcast = head_scores_upcasts(value);
+  const at::Tensor x = head_scores_rows(value);
   const bool x_grad = needs[0] != 0, att_grad = needs[1 + kAtt] != 0;
   // d x is added into g[0], the backward op's own new tensor, as fl(g + fl(d x)): autograd's
   // sum of the two gradients, with no [N, H, C] buffer for d x alone (a separate sum into a new
@@ -106,8 +106,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     // key is value (GATv2's x_l): one gradient, written by the kernel into value's slot, and
     // none for key's (autograd sums a tensor's gradients over the argument slots it fills).
     constexpr int kKeyNeed = kKeyNeedIndex;
-    const char* merge_knob = std::getenv("GNNIO_KEY_MERGE");  // measurement knob: 0 = two gradients
-    const bool merge_off = merge_knob && merge_knob[0] == '0';
+    const bool merge_off = env_flag_off("GNNIO_KEY_MERGE");  // measurement knob: two gradients
     if (!merge_off && needs[0] && needs[kKeyNeed] && key.has_value() && key->is_same(value))
       needs[kKeyNeed] = 2;
     bool any = false;
@@ -235,8 +234,9 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     at::Tensor scores;
     if (gat_att) {
       scores = gat_scores_of(value, att);
-      operands.set(kSrcScore, scores.select(0, 0));
-      operands.set(kDstScore, scores.select(0, 1).narrow(0, 0, num_dst));
+      const auto src_dst = gat_src_dst(scores, num_dst);
+      operands.set(kSrcScore, src_dst[0]);
+      operands.set(kDstScore, src_dst[1]);
       operands.set(kAtt, c10::nullopt);
     }
     c10::List<OptTensor> splits;

@@ -125,21 +125,33 @@ inline bool gat_att_given(const AttentionInputs& in) {
 // GAT's scores [2, num_src, H] in value's dtype for att [2, H, C] (value's dtype):
 // gnnio::head_scores as gnnio.ops.head_scores calls it, so the same bits as the layer's scores
 // and as the CUDA forward's scores from rows (attention_forward_cuda_gat_scores_from_rows).
+// value as gnnio::head_scores takes it: its CPU kernels are float32 / float64, so bf16 / fp16
+// rows are upcast exactly there, as the Python op does.
+inline bool head_scores_upcasts(const at::Tensor& value) { return value.is_cpu() && low_precision(value); }
+inline at::Tensor head_scores_rows(const at::Tensor& value) {
+  return head_scores_upcasts(value) ? value.to(at::kFloat) : value;
+}
+
 inline at::Tensor gat_scores_of(const at::Tensor& value, const at::Tensor& att) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("gnnio::head_scores", "")
                        .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
-  // The CPU kernels are float32 / float64: bf16 / fp16 upcast exactly, as the Python op does.
-  const at::Tensor x = value.is_cpu() && low_precision(value) ? value.to(at::kFloat) : value;
   at::AutoDispatchBelowADInplaceOrView guard;
-  return op.call(x, att.to(accumulator_dtype(value)).contiguous()).to(value.scalar_type());
+  return op.call(head_scores_rows(value), att.to(accumulator_dtype(value)).contiguous())
+      .to(value.scalar_type());
 }
 
-// in with GAT's scores (gat_scores_of) in place of att: src_score = scores[0], dst_score =
-// scores[1]'s first num_dst rows (contiguous).
+// The op's src_score and dst_score from scores [2, num_src, H] (gat_scores_of, or their
+// gradients' layout): scores[0], and scores[1]'s first num_dst rows (contiguous).
+inline std::array<at::Tensor, 2> gat_src_dst(const at::Tensor& scores, int64_t num_dst) {
+  return {scores.select(0, 0), scores.select(0, 1).narrow(0, 0, num_dst)};
+}
+
+// in with GAT's scores (gat_scores_of) in place of att.
 inline AttentionInputs with_gat_scores(AttentionInputs in, const at::Tensor& scores) {
-  in.operands[kSrcScore] = scores.select(0, 0);
-  in.operands[kDstScore] = scores.select(0, 1).narrow(0, 0, in.num_dst);
+  const auto src_dst = gat_src_dst(scores, in.num_dst);
+  in.operands[kSrcScore] = src_dst[0];
+  in.operands[kDstScore] = src_dst[1];
   in.operands[kAtt] = c10::nullopt;
   return in;
 }

@@ -18,13 +18,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_cpu_i
                              key, edge_key, att, edge_value, num_dst, negative_slope, scale,
                              dropout, seed, rowptr_t, col_t, t2c, heavy_rows, heavy_items,
                              light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
+  AttentionParams p = attention_params(in);
   at::Tensor scores;  // GAT with att: the scores first (the CUDA kernel forms them from rows)
   if (gat_att_given(in)) {
-    attention_params(in);  // the operands' checks, att's shape among them
     scores = gat_scores_of(value, *att);
     in = with_gat_scores(std::move(in), scores);
+    p = attention_params(in);
   }
-  AttentionParams p = attention_params(in);
   set_output_bias(p, value, bias);
   auto [out, stats, weights, out_acc] = attention_outputs(p, value, need_weights, save_out_acc);
   translate_errors([&] { attention_forward_cpu(p); });

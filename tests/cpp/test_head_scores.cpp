@@ -17,6 +17,21 @@ struct Shape {
 
 class HeadScoresCpu : public ::testing::TestWithParam<Shape> {};
 
+// The backward's params for x [N, H, C], att [A, H, C] and the score gradient g [A, N, H];
+// grad_x and att_partials are the caller's.
+gnnio::HeadScoresBackwardParams backward_params(const std::vector<float>& x, const std::vector<float>& att,
+                                                const std::vector<float>& g, const Shape& s) {
+  gnnio::HeadScoresBackwardParams b;
+  b.x = x.data();
+  b.att = att.data();
+  b.grad_score = g.data();
+  b.num_rows = s.rows;
+  b.num_att = s.atts;
+  b.heads = s.heads;
+  b.channels = s.channels;
+  return b;
+}
+
 TEST_P(HeadScoresCpu, ForwardAndBackwardMatchFloat64) {
   const Shape s = GetParam();
   const int64_t N = s.rows, A = s.atts, H = s.heads, C = s.channels, HC = H * C;
@@ -40,16 +55,9 @@ TEST_P(HeadScoresCpu, ForwardAndBackwardMatchFloat64) {
 
   const int64_t chunks = gnnio::head_score_chunks(N);
   std::vector<float> grad_x(N * HC, -1.f), partials(chunks * A * HC, -1.f);
-  gnnio::HeadScoresBackwardParams b;
-  b.x = x.data();
-  b.att = att.data();
-  b.grad_score = g.data();
+  gnnio::HeadScoresBackwardParams b = backward_params(x, att, g, s);
   b.grad_x = grad_x.data();
   b.att_partials = partials.data();
-  b.num_rows = N;
-  b.num_att = A;
-  b.heads = H;
-  b.channels = C;
   gnnio::head_scores_backward_cpu(b);
 
   // Error bounds of a float32 sum of k products: k * 2^-24 * sum |terms| (plus one rounding).
@@ -101,14 +109,7 @@ TEST(HeadScoresCpuAccumulate, AddsIntoGradX) {
   std::vector<float> x(N * HC), att(A * HC), g(N * A * H), other(N * HC);
   for (auto* v : {&x, &att, &g, &other})
     for (auto& e : *v) e = static_cast<float>(normal(rng));
-  gnnio::HeadScoresBackwardParams b;
-  b.x = x.data();
-  b.att = att.data();
-  b.grad_score = g.data();
-  b.num_rows = N;
-  b.num_att = A;
-  b.heads = H;
-  b.channels = C;
+  gnnio::HeadScoresBackwardParams b = backward_params(x, att, g, Shape{N, A, H, C});
   std::vector<float> alone(N * HC), into = other;
   b.grad_x = alone.data();
   gnnio::head_scores_backward_cpu(b);
