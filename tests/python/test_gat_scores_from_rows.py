@@ -78,10 +78,10 @@ def test_att_gives_the_head_scores_path_bits(device, dropout, bias):
             assert torch.equal(ga, ga_ref), what
 
 
-@pytest.mark.parametrize("channels", [6, 40])
+@pytest.mark.parametrize("channels", [6, 42])
 def test_att_where_the_kernel_cannot_form_the_scores(device, channels):
-    # 6 float32 channels are not whole 16-byte pieces, and 40 bf16 channels neither: the
-    # binding forms the scores with head_scores (on CUDA too); the bits are the same.
+    # 6 and 42 channels are not whole pieces of 4 (head_scores_piece): the binding forms the
+    # scores with head_scores (on CUDA too); the bits are the same.
     gen = torch.Generator().manual_seed(torch.seed() % 2**31)
     ei, n = random_graph(300, 3000, generator=gen)
     graph = gnnio.Graph(ei.to(device), num_nodes=n)
@@ -162,6 +162,32 @@ def test_cuda_forward_forms_the_scores_in_the_kernel(monkeypatch):
     assert not any("head_scores" in k for k in names), names
     monkeypatch.setenv("GNNIO_GAT_SCORES_FROM_ROWS", "0")
     assert any("head_scores" in k for k in kernels())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("heads,channels,dtype", [
+    (4, 32, torch.bfloat16),   # 8 lanes of 4 (8 bytes each) a head, one row per warp
+    (2, 36, torch.float16),    # 9 pieces: 16 lanes, 7 without channels
+    (3, 4, torch.bfloat16),    # one lane a head
+    (1, 160, torch.bfloat16),  # above 128: 20 pieces of 8 (16 bytes) on 32 lanes
+    (2, 128, torch.float32),   # 32 pieces of 4
+])
+def test_cuda_kernel_forms_the_bits_at_every_piece_layout(heads, channels, dtype):
+    # Each layout the forward kernel forms the scores in (dispatch_layout) against head_scores'
+    # piece kernel of the same width: the kernel path is taken (no head_scores in the forward),
+    # and output and gradients are the bits of the op given head_scores' scores.
+    gen = torch.Generator().manual_seed(torch.seed() % 2**31)
+    ei, n = random_graph(500, 6000, generator=gen)
+    graph = gnnio.Graph(ei.cuda(), num_nodes=n)
+    value = torch.randn(n, heads, channels, generator=gen).to(dtype).cuda()
+    att = (0.3 * torch.randn(2, heads, channels, generator=gen)).to(dtype).cuda()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        gnnio.ops.graph_attention(graph, "gat", value, att=att)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert not any("head_scores" in k for k in names), names
+    (out, gv, ga), (out_ref, gv_ref, ga_ref) = _both_ways(graph, value, att, dropout=0.2, seed=3)
+    assert torch.equal(out, out_ref) and torch.equal(gv, gv_ref) and torch.equal(ga, ga_ref)
 
 
 def test_opcheck_with_att():

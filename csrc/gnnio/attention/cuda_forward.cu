@@ -8,6 +8,7 @@
 // ACC = sum acc_t e^(m_t - M), which is exact up to rounding and independent of scheduling.
 #include <type_traits>
 
+#include "gnnio/attention/head_scores.h"
 #include "gnnio/attention/score.cuh"
 #include "gnnio/common/cuda_check.h"
 
@@ -24,10 +25,10 @@ struct Partial {  // workspace layout of the work items' partial states
 
 // Blocks of kThreads (256) per SM that the forward's registers are bounded for. The kernel is
 // latency-bound (ncu, NOTES v14: long-scoreboard stalls first, DRAM at 41-49% of peak), so more
-// resident warps mean more rows in flight. With float32 rows GAT and GATv2 whose key is its value
-// fit 64 registers (4 blocks) and spill only outside the slot loop (16-40 bytes: the task's
-// bounds, ptxas and SASS); the kinds that hold a key and a value row per slot would spill
-// 120-220 bytes at 64 and keep 80 (3 blocks). 16-bit rows (CPL 8) keep 2 blocks (<= 122).
+// resident warps mean more rows in flight. At CPL 4 GAT and GATv2 whose key is its value fit
+// 64 registers (4 blocks) and spill only outside the slot loop (16-40 bytes: the task's bounds,
+// ptxas and SASS); the kinds that hold a key and a value row per slot would spill 120-220 bytes
+// at 64 and keep 80 (3 blocks). CPL 8 (heads above 128 channels) keeps 2 blocks (<= 122).
 template <ScoreKind K, int CPL, bool kKeyIsValue>
 constexpr int kForwardMinBlocks = CPL >= 8 ? 2 : (K == ScoreKind::kGat || kKeyIsValue ? 4 : 3);
 
@@ -286,11 +287,9 @@ bool attention_forward_cuda_gat_scores_from_rows(const AttentionParams& p) {
   if (p.kind != ScoreKind::kGat || !p.score_att || p.src_score || p.dst_score || p.edge_score ||
       p.edge_value || p.num_dst > p.num_src || p.scalar_type == ScalarType::kFloat64)
     return false;
-  // head_scores' 16-byte path (head_scores_cuda.cu): 16-byte pieces, at most 32 to a head, and
-  // then dispatch_layout's lanes are its lanes (CPL = its V, L = its G).
-  const int64_t piece = p.scalar_type == ScalarType::kFloat32 ? 4 : 8;
-  return p.channels > 0 && p.channels % piece == 0 && p.channels / piece <= 32 &&
-         reinterpret_cast<uintptr_t>(p.value) % 16 == 0 &&
+  // head_scores' piece kernel (head_scores_piece), whose lanes are then dispatch_layout's
+  // (CPL = its V, L = its G): the scores are its sums in its order.
+  return head_scores_piece(p.scalar_type, p.channels, p.value) > 0 &&
          reinterpret_cast<uintptr_t>(p.score_att) % 16 == 0;
 }
 

@@ -50,6 +50,21 @@ struct HeadScoresBackwardParams {
   int64_t channels = 0;
 };
 
+// Channels a lane holds in head_scores' CUDA piece kernel for `channels` of `type` read from x,
+// or 0 where it takes the column kernel (a lane strides over single channels): 4 (16 bytes of
+// float32, 8 of a 16-bit type; 2 for float64), 8 for 16-bit heads of 129 to 256 channels; the
+// channels a whole number of at most 32 pieces, x 16-byte aligned. These are the attention
+// kernels' lanes (score.cuh's dispatch_layout), so that GAT's scores formed from the rows in the
+// attention forward are head_scores' sums in head_scores' order (cuda_forward.cu).
+inline int head_scores_piece(ScalarType type, int64_t channels, const void* x) {
+  const int v = type == ScalarType::kFloat64 ? 2
+                : (type != ScalarType::kFloat32 && channels > 128) ? 8 : 4;
+  if (channels <= 0 || channels % v != 0 || channels / v > 32 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return 0;
+  return v;
+}
+
 void head_scores_cpu(const HeadScoresParams& p);
 void head_scores_backward_cpu(const HeadScoresBackwardParams& p);
 

@@ -1,9 +1,10 @@
 // CUDA kernels of the fused GAT scores (head_scores.h). Forward: a group of G lanes owns one
 // (row, head) segment at a time and sums each vector's products with a butterfly of shuffles:
-// x is read once, coalesced. With 16-byte rows of at most 32 pieces (the common case: 4 x 32
-// float32 is a 512-byte row, 8 lanes a head) each lane loads one 16-byte piece, and a group
-// takes kUnroll segments per round with their loads issued first; otherwise (G the power of
-// two at or above the channel count) each lane strides over single channels. The single-channel
+// x is read once, coalesced. With rows of at most 32 pieces (head_scores_piece; the common case:
+// 4 x 32 float32 is a 512-byte row, 8 lanes of 16 bytes a head, 8 of 8 bytes in bfloat16) each
+// lane loads one piece, and a group takes kUnroll segments per round with their loads issued
+// first; otherwise (G the power of two at or above the channel count) each lane strides over
+// single channels. The single-channel
 // kernel alone was a warp per 128-byte segment, 4M one-load warps on powerlaw-1M-16M: 1.29 ms
 // for 0.5 GB (NOTES v13). Backward: one block per chunk of kHeadScoreChunkRows rows, a thread per
 // (head, channel) column walking the chunk's rows in order: it writes d x and keeps each
@@ -66,16 +67,15 @@ __global__ void __launch_bounds__(kForwardThreads)
 
 constexpr int kUnroll = 4;
 
-// The 16-byte path (see the top): lane `lane` holds channels lane * V .. lane * V + V - 1 of a
-// segment (zeros past the head's last channel); the launcher checked x's alignment and that
-// channels is a multiple of V and at most G * V.
-template <typename scalar_t, int G>
+// The piece path (see the top): lane `lane` holds channels lane * V .. lane * V + V - 1 of a
+// segment (zeros past the head's last channel); the launcher checked (head_scores_piece) x's
+// alignment and that channels is a multiple of V and at most G * V.
+template <typename scalar_t, int G, int V>
 __global__ void __launch_bounds__(kForwardThreads)
     head_scores_vec_kernel(const scalar_t* __restrict__ x, const acc_type_t<scalar_t>* __restrict__ att,
                            acc_type_t<scalar_t>* __restrict__ score, int64_t num_segments, int heads,
                            int channels, int num_att) {
   using acc_t = acc_type_t<scalar_t>;
-  constexpr int V = 16 / sizeof(scalar_t);
   const int lane = threadIdx.x % G, c0 = lane * V;
   const bool has_channels = c0 < channels;
   const int64_t groups_per_grid = int64_t(gridDim.x) * (kForwardThreads / G);
@@ -241,18 +241,25 @@ template <typename scalar_t>
 void launch_forward(const HeadScoresParams& p, cudaStream_t stream) {
   using acc_t = acc_type_t<scalar_t>;
   const int64_t segments = p.num_rows * p.heads;
-  constexpr int V = 16 / sizeof(scalar_t);
-  const int64_t pieces = p.channels / V;
-  if (vector_width<scalar_t>(p.channels, {}, {p.x}) == V && pieces <= 32) {
-    auto run_vec = [&](auto group) {
-      constexpr int G = decltype(group)::value;
-      const int64_t groups = kForwardThreads / G;
-      const int64_t blocks =
-          std::min<int64_t>((segments + groups * kUnroll - 1) / (groups * kUnroll), int64_t(1) << 20);
-      head_scores_vec_kernel<scalar_t, G><<<blocks, kForwardThreads, 0, stream>>>(
-          static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
-          static_cast<acc_t*>(p.score), segments, int(p.heads), int(p.channels), int(p.num_att));
-    };
+  // The pieces head_scores_piece names: V (4, float64 2) elements and any G, or 8 16-bit
+  // elements with G = 32 (129 to 256 channels: 17 to 32 pieces).
+  constexpr int V = sizeof(scalar_t) == 8 ? 2 : 4;
+  const int piece = head_scores_piece(p.scalar_type, p.channels, p.x);
+  const int64_t pieces = piece > 0 ? p.channels / piece : 0;
+  auto run_vec_v = [&](auto group, auto v) {
+    constexpr int G = decltype(group)::value;
+    const int64_t groups = kForwardThreads / G;
+    const int64_t blocks =
+        std::min<int64_t>((segments + groups * kUnroll - 1) / (groups * kUnroll), int64_t(1) << 20);
+    head_scores_vec_kernel<scalar_t, G, decltype(v)::value><<<blocks, kForwardThreads, 0, stream>>>(
+        static_cast<const scalar_t*>(p.x), static_cast<const acc_t*>(p.att),
+        static_cast<acc_t*>(p.score), segments, int(p.heads), int(p.channels), int(p.num_att));
+  };
+  if constexpr (sizeof(scalar_t) == 2) {
+    if (piece == 8) return run_vec_v(std::integral_constant<int, 32>{}, std::integral_constant<int, 8>{});
+  }
+  if (piece == V) {
+    auto run_vec = [&](auto group) { run_vec_v(group, std::integral_constant<int, V>{}); };
     if (pieces <= 1) return run_vec(std::integral_constant<int, 1>{});
     if (pieces <= 2) return run_vec(std::integral_constant<int, 2>{});
     if (pieces <= 4) return run_vec(std::integral_constant<int, 4>{});

@@ -85,8 +85,9 @@ struct AttentionParams {
 
   RowSplit split;  // CUDA super-node split of csr_by_dst
 
-  // Set by the CUDA launcher (not the caller): every feature row is 16-byte aligned and the
-  // channel count a multiple of a lane's vector, so kernels may use 16-byte loads and stores.
+  // Set by the CUDA launcher (not the caller): every base pointer is 16-byte aligned and the
+  // channel count a multiple of a lane's CPL, so kernels may load and store a lane's channels
+  // as vectors (16 bytes, or 8 for 16-bit rows at CPL 4).
   bool vector_io = false;
   // Also set by the CUDA launcher: the dropout test of dropout.h in integers, hoisted out of the
   // per-slot loop (keep <=> (mix64(k * heads + h ^ seed_mix) >> 40) >= dropout_threshold).
@@ -157,8 +158,8 @@ bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bo
                                              bool grad_edge_key, bool grad_edge_value);
 // Whether the CUDA forward can form kind gat's scores from the value rows (score_att) for these
 // operands (p.score_att set, src_score and dst_score not): no edge score or edge value, num_dst <= num_src,
-// and the lane layout of head_scores' 16-byte path (value and score_att 16-byte aligned,
-// channels a multiple of 16 bytes and at most 32 pieces of 16), so that the scores are
+// and the lane layout of head_scores' piece kernel (head_scores_piece: value 16-byte aligned,
+// channels at most 32 whole pieces; score_att 16-byte aligned too), so that the scores are
 // head_scores' bits. The binding otherwise computes the scores with head_scores first.
 bool attention_forward_cuda_gat_scores_from_rows(const AttentionParams& p);
 void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream);

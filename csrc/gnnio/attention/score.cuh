@@ -2,7 +2,7 @@
 // three scores with what their backward needs, and the merge of partial online-softmax states.
 //
 // Layout: a group of L lanes owns one (row, head) task and lane `sub` holds the CPL consecutive
-// channels c = sub * CPL + t (t < CPL), CPL chosen so that a lane reads 16 bytes at once. A head
+// channels c = sub * CPL + t (t < CPL), CPL 4 (16 bytes of float32, 8 of 16-bit) up to 128. A head
 // of 32 float32 channels is 8 lanes, so a warp covers 4 heads of one row (512 contiguous bytes
 // of a feature row per slot) or, with one head, 4 rows: few channels or small degrees do not
 // leave lanes idle.
@@ -63,13 +63,19 @@ struct Group {
 template <typename acc_t>
 __device__ inline acc_t leaky(acc_t v, acc_t slope) { return v > acc_t(0) ? v : v * slope; }
 
+// Elements of one vector access of a lane's CPL channels: all of them up to 16 bytes (16-bit
+// rows at CPL 4 load 8 bytes a lane), else 16-byte pieces.
+template <typename scalar_t, int CPL>
+constexpr int kChunkOf = CPL * sizeof(scalar_t) <= 16 ? CPL : 16 / sizeof(scalar_t);
+
 // Channels c0 .. c0 + CPL - 1 of a row as floats, zeros at or beyond C. With `vec` (the launcher
-// checked 16-byte alignment of every row and C % CPL == 0) as whole 16-byte loads.
+// checked 16-byte alignment of every base pointer and C % CPL == 0, so every lane's channels
+// start on a boundary of their size) as whole vector loads.
 template <typename scalar_t, int CPL>
 __device__ inline void load_channels(const scalar_t* row, int64_t c0, int64_t C, bool vec,
                                      float (&out)[CPL]) {
-  constexpr int kChunk = 16 / sizeof(scalar_t);
-  if (vec && CPL % kChunk == 0) {
+  constexpr int kChunk = kChunkOf<scalar_t, CPL>;
+  if (vec) {
     if (c0 >= C) {
 #pragma unroll
       for (int t = 0; t < CPL; ++t) out[t] = 0.0f;
@@ -90,8 +96,8 @@ __device__ inline void load_channels(const scalar_t* row, int64_t c0, int64_t C,
 template <typename scalar_t, int CPL>
 __device__ inline void store_channels(scalar_t* row, int64_t c0, int64_t C, bool vec,
                                       const float (&v)[CPL]) {
-  constexpr int kChunk = 16 / sizeof(scalar_t);
-  if (vec && CPL % kChunk == 0) {
+  constexpr int kChunk = kChunkOf<scalar_t, CPL>;
+  if (vec) {
     if (c0 >= C) return;
 #pragma unroll
     for (int q = 0; q < CPL / kChunk; ++q) {
@@ -122,7 +128,7 @@ __device__ inline void add_output_bias(const AttentionParams& p, int64_t h, int 
   }
 }
 
-// a . row over a group's channels, as head_scores' 16-byte path sums it (sum += v * att per
+// a . row over a group's channels, as head_scores' piece kernel sums it (sum += v * att per
 // channel, then the butterfly) and rounded to scalar_t: for GAT's scores from rows.
 template <typename scalar_t, int L, int CPL>
 __device__ inline float row_score(const Group<L>& g, const float (&row)[CPL], const float (&a)[CPL]) {
@@ -151,7 +157,7 @@ struct DstSide {
   }
 
   // GAT's scores from rows (AttentionParams::score_att): att holds a_src's channels, and score
-  // is a_dst . value_i, summed as head_scores' 16-byte path sums it (each lane's products in
+  // is a_dst . value_i, summed as head_scores' piece kernel sums it (each lane's products in
   // channel order, then the butterfly over the group) and rounded to scalar_t as its caller's
   // score tensor is: the bits head_scores gives the backward.
   template <int L>
@@ -280,10 +286,10 @@ struct SlotBatch {
   }
 };
 
-// Slots whose loads a group issues together: enough 16-byte loads in flight per lane to cover
+// Slots whose loads a group issues together: enough vector loads in flight per lane to cover
 // the gather's latency, without so many registers that occupancy halves. GAT's score is a
-// scalar per slot, so with 16-bit rows (CPL 8) it affords twice the slots of the kinds that
-// load a key row too; with float32 rows (CPL 4) its 8 slots' values alone are 32 registers, and
+// scalar per slot, so at CPL 8 (heads above 128 channels) it affords twice the slots of the
+// kinds that load a key row too; at CPL 4 its 8 slots' values alone are 32 registers, and
 // at the 80-register bound of 3 blocks per SM its forward spilled 52 / 68 bytes and pass A
 // 76 / 100 (ptxas), so it takes 4 like the others (no spills).
 template <ScoreKind K, int CPL>
@@ -384,11 +390,15 @@ inline void fill_item_offsets(RowSplit& s, void* table, cudaStream_t stream) {
 }  // namespace
 
 // Calls fn(std::integral_constant<int, L>, std::integral_constant<int, CPL>): CPL channels per
-// lane (16 bytes: 4 float32 or 8 half; 8 float32 when a head exceeds 128 channels), L the
-// smallest power of two of lanes that covers a head (at most 32, so C <= 256).
+// lane (4: 16 bytes of float32, 8 of a 16-bit type; 8 when a head exceeds 128 channels), L the
+// smallest power of two of lanes that covers a head (at most 32, so C <= 256). 16-bit rows take
+// the float32 layout rather than 16-byte pieces (CPL 8): at 4 x 32 a warp then holds one row,
+// not two whose degrees differ, and the kernels keep float32's registers and occupancy (CPL 8
+// needed 2 blocks of 256 per SM, and its forward, pass A and pass B ran 1.3-1.6x float32's time
+// on powerlaw-1M-16M with half the bytes; NOTES v17). head_scores_piece is the same choice.
 template <typename scalar_t, typename Fn>
 void dispatch_layout(int64_t channels, Fn&& fn) {
-  constexpr int kCpl = 16 / sizeof(scalar_t);
+  constexpr int kCpl = 4;
   auto with = [&](auto cpl) {
     constexpr int CPL = decltype(cpl)::value;
     const int64_t lanes = (channels + CPL - 1) / CPL;
@@ -400,8 +410,8 @@ void dispatch_layout(int64_t channels, Fn&& fn) {
     return fn(std::integral_constant<int, 32>{}, cpl);
   };
   if (channels <= 32 * kCpl) return with(std::integral_constant<int, kCpl>{});
-  // 129..256 float32 channels: 17..32 lanes of 8, so only L = 32 (not with(8), which would
-  // instantiate five layouts that no call reaches).
+  // 129..256 channels: 17..32 lanes of 8, so only L = 32 (not with(8), which would instantiate
+  // five layouts that no call reaches).
   return fn(std::integral_constant<int, 32>{}, std::integral_constant<int, 8>{});
 }
 
