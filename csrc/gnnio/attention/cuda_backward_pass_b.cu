@@ -54,21 +54,41 @@ __global__ void __launch_bounds__(kRowThreads, row_blocks(CPL >= 8 ? 2 : 3)) pas
     DstSide<scalar_t, CPL> d[U];
     float gi[U][CPL], m[U], s[U], delta[U];
     int64_t k[U];
+    // 16-bit rows are loaded raw and converted after the step's last load (score.cuh's Raw);
+    // float32 rows need no conversion (and this order keeps ptxas' allocation).
+    constexpr bool kRaw = sizeof(scalar_t) == 2;
+    Raw<scalar_t, CPL> rq[kRaw ? U : 1], rg[kRaw ? U : 1];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t i = dst_of.get(g, u0, u);
       k[u] = slot_of.get(g, u0, u);
+      const auto* g_row = static_cast<const scalar_t*>(b.grad_out) + (i * H + h) * C;
       if constexpr (K == ScoreKind::kGat) {
         const auto* ds = static_cast<const scalar_t*>(p.dst_score);
-        d[u].score = ds ? to_acc(ds[i * H + h]) : 0.0f;
+        if constexpr (kRaw) rq[u].w[0] = ds ? bits_of(ds[i * H + h]) : 0u;
+        else d[u].score = ds ? to_acc(ds[i * H + h]) : 0.0f;
       } else {
-        load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.query) + (i * H + h) * C, c0, C, vec, d[u].q);
+        const auto* q_row = static_cast<const scalar_t*>(p.query) + (i * H + h) * C;
+        if constexpr (kRaw) load_raw<scalar_t, CPL>(q_row, c0, C, vec, rq[u]);
+        else load_channels<scalar_t, CPL>(q_row, c0, C, vec, d[u].q);
       }
-      load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(b.grad_out) + (i * H + h) * C, c0, C, vec, gi[u]);
+      if constexpr (kRaw) load_raw<scalar_t, CPL>(g_row, c0, C, vec, rg[u]);
+      else load_channels<scalar_t, CPL>(g_row, c0, C, vec, gi[u]);
       const float2 st = *reinterpret_cast<const float2*>(static_cast<const float*>(p.stats) + (i * H + h) * 2);
       m[u] = st.x;
       s[u] = st.y;
       delta[u] = static_cast<const float*>(b.delta)[i * H + h];
+    }
+    if constexpr (kRaw) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if constexpr (K == ScoreKind::kGat) {
+          d[u].score = raw_at(rq[u], 0);
+        } else {
+          to_floats(rq[u], d[u].q);
+        }
+        to_floats(rg[u], gi[u]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {

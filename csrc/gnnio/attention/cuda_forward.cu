@@ -75,17 +75,7 @@ __global__ void __launch_bounds__(kRowThreads, row_blocks(kForwardMinBlocks<K, C
     float kk[U][CPL], v[U][CPL], e[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) j[u] = batch.get(g, u0, u);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t k = base + u0 + (u < n ? u : 0);
-      load_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, j[u], k, h, kk[u]);
-      if (!kKeyIsValue) {  // the key is the value row: one load serves both
-        load_value<scalar_t, L, CPL>(p, g, j[u], k, h, v[u]);
-      } else {
-#pragma unroll
-        for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
-      }
-    }
+    load_slots<K, scalar_t, L, CPL, kKeyIsValue, U>(p, g, j, base + u0, n, h, kk, v);
     float m_new = m;
 #pragma unroll
     for (int u = 0; u < U; ++u) {

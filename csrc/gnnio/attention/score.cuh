@@ -68,29 +68,112 @@ __device__ inline acc_t leaky(acc_t v, acc_t slope) { return v > acc_t(0) ? v : 
 template <typename scalar_t, int CPL>
 constexpr int kChunkOf = CPL * sizeof(scalar_t) <= 16 ? CPL : 16 / sizeof(scalar_t);
 
-// Channels c0 .. c0 + CPL - 1 of a row as floats, zeros at or beyond C. With `vec` (the launcher
-// checked 16-byte alignment of every base pointer and C % CPL == 0, so every lane's channels
-// start on a boundary of their size) as whole vector loads.
+// A lane's CPL channels of a row as stored, in 32-bit words. A kernel that gathers several
+// slots' rows loads them raw (load_raw) and converts them (to_floats) only once every load of
+// the step is issued. A 16-bit conversion right after its load (load_channels' branches), or
+// an unpack of the loaded vector into one register per element, is the load's first consumer
+// and made each load of a step wait for the one before (SASS; ncu: the bf16 dot forward had
+// twice float32's long-scoreboard stall per instruction at half the DRAM bytes, 7.4 against
+// 4.8 ms; NOTES v17). Words keep the loaded registers as they are until the conversion.
 template <typename scalar_t, int CPL>
-__device__ inline void load_channels(const scalar_t* row, int64_t c0, int64_t C, bool vec,
-                                     float (&out)[CPL]) {
-  constexpr int kChunk = kChunkOf<scalar_t, CPL>;
+struct Raw {
+  static_assert(sizeof(scalar_t) == 4 || sizeof(scalar_t) == 2, "float32 or a 16-bit type");
+  static constexpr int kPerWord = 4 / sizeof(scalar_t);
+  uint32_t w[CPL / kPerWord];
+};
+
+__device__ inline uint32_t bits_of(float v) { return __float_as_uint(v); }
+__device__ inline uint32_t bits_of(__half v) { return __half_as_ushort(v); }
+__device__ inline uint32_t bits_of(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+
+// Element t of a raw row as a float: to_acc of the stored value (both conversions are exact).
+template <typename scalar_t, int CPL>
+__device__ inline float raw_at(const Raw<scalar_t, CPL>& raw, int t) {
+  if constexpr (sizeof(scalar_t) == 4) {
+    return __uint_as_float(raw.w[t]);
+  } else {
+    const uint32_t word = raw.w[t / 2];
+    if constexpr (std::is_same_v<scalar_t, __nv_bfloat16>) {
+      return __uint_as_float(t % 2 == 0 ? word << 16 : word & 0xFFFF0000u);
+    } else {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(t % 2 == 0 ? word : word >> 16)));
+    }
+  }
+}
+
+// Channels c0 .. c0 + CPL - 1 of a row as stored, zeros at or beyond C. With `vec` (the launcher
+// checked 16-byte alignment of every base pointer and C % CPL == 0, so every lane's channels
+// start on a boundary of their size) as whole vector loads of 8 or 16 bytes.
+template <typename scalar_t, int CPL>
+__device__ inline void load_raw(const scalar_t* row, int64_t c0, int64_t C, bool vec,
+                                Raw<scalar_t, CPL>& out) {
+  constexpr int kWords = CPL / Raw<scalar_t, CPL>::kPerWord;
+  constexpr int kChunkWords = kChunkOf<scalar_t, CPL> * sizeof(scalar_t) / 4;  // 2 or 4
   if (vec) {
     if (c0 >= C) {
 #pragma unroll
-      for (int t = 0; t < CPL; ++t) out[t] = 0.0f;
+      for (int q = 0; q < kWords; ++q) out.w[q] = 0u;
       return;
     }
+    const auto* words = reinterpret_cast<const uint32_t*>(row + c0);
 #pragma unroll
-    for (int q = 0; q < CPL / kChunk; ++q) {
-      const auto v = load_vec<kChunk>(row + c0 + q * kChunk);
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) out[q * kChunk + e] = to_acc(v.v[e]);
+    for (int q = 0; q < kWords; q += kChunkWords) {
+      if constexpr (kChunkWords == 4) {
+        const uint4 x = *reinterpret_cast<const uint4*>(words + q);
+        out.w[q] = x.x, out.w[q + 1] = x.y, out.w[q + 2] = x.z, out.w[q + 3] = x.w;
+      } else {
+        const uint2 x = *reinterpret_cast<const uint2*>(words + q);
+        out.w[q] = x.x, out.w[q + 1] = x.y;
+      }
     }
     return;
   }
 #pragma unroll
-  for (int t = 0; t < CPL; ++t) out[t] = c0 + t < C ? to_acc(row[c0 + t]) : 0.0f;
+  for (int q = 0; q < kWords; ++q) out.w[q] = 0u;
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) {
+    constexpr int kBits = 8 * sizeof(scalar_t);
+    const uint32_t b = c0 + t < C ? bits_of(row[c0 + t]) : 0u;
+    out.w[t / Raw<scalar_t, CPL>::kPerWord] |= b << (kBits * (t % Raw<scalar_t, CPL>::kPerWord) % 32);
+  }
+}
+
+template <typename scalar_t, int CPL>
+__device__ inline void to_floats(const Raw<scalar_t, CPL>& raw, float (&out)[CPL]) {
+#pragma unroll
+  for (int t = 0; t < CPL; ++t) out[t] = raw_at(raw, t);
+}
+
+// Channels c0 .. c0 + CPL - 1 of a row as floats, zeros at or beyond C, converted at once: for
+// loads that are not batched with others (16-bit: load_raw and to_floats). float32 loads its
+// floats directly (the words' bit casts changed ptxas' allocation: 8-16 more bytes of stack in
+// several float32 kernels).
+template <typename scalar_t, int CPL>
+__device__ inline void load_channels(const scalar_t* row, int64_t c0, int64_t C, bool vec,
+                                     float (&out)[CPL]) {
+  if constexpr (sizeof(scalar_t) == 2) {
+    Raw<scalar_t, CPL> raw;
+    load_raw<scalar_t, CPL>(row, c0, C, vec, raw);
+    to_floats(raw, out);
+  } else {
+    constexpr int kChunk = kChunkOf<scalar_t, CPL>;
+    if (vec) {
+      if (c0 >= C) {
+#pragma unroll
+        for (int t = 0; t < CPL; ++t) out[t] = 0.0f;
+        return;
+      }
+#pragma unroll
+      for (int q = 0; q < CPL / kChunk; ++q) {
+        const auto v = load_vec<kChunk>(row + c0 + q * kChunk);
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) out[q * kChunk + e] = to_acc(v.v[e]);
+      }
+      return;
+    }
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) out[t] = c0 + t < C ? to_acc(row[c0 + t]) : 0.0f;
+  }
 }
 
 template <typename scalar_t, int CPL>
@@ -175,9 +258,45 @@ struct DstSide {
 };
 
 // The source-side inputs of slot k's score, loaded apart from the arithmetic so that a kernel
-// can issue the loads of several slots before the first reduction: GAT's two scalars (raw[0]),
+// can issue the loads of several slots before the first reduction: GAT's two scalars (kk[0]),
 // or key_j + edge_key_k per channel. kKeyIsValue with GAT: its scores from rows (score_att),
-// whose key is value_j's channels.
+// whose key is value_j's channels. In two steps: issue_key loads what is gathered by j (raw),
+// finish_key converts it and adds the edge's own term (slot k: rare, loaded there).
+template <ScoreKind K, typename scalar_t, int L, int CPL, bool kKeyIsValue = false>
+__device__ inline void issue_key(const AttentionParams& p, const Group<L>& g, int64_t j, int64_t h,
+                                 Raw<scalar_t, CPL>& raw) {
+  const int64_t H = p.heads, C = p.channels;
+  if constexpr (K == ScoreKind::kGat && !kKeyIsValue) {
+    raw.w[0] = bits_of(load_evict_last(static_cast<const scalar_t*>(p.src_score) + j * H + h));
+  } else {
+    const void* rows = K == ScoreKind::kGat ? p.value : p.key;
+    load_raw<scalar_t, CPL>(static_cast<const scalar_t*>(rows) + (j * H + h) * C, int64_t(g.sub) * CPL,
+                            C, p.vector_io, raw);
+  }
+}
+
+template <ScoreKind K, typename scalar_t, int L, int CPL, bool kKeyIsValue = false>
+__device__ inline void finish_key(const AttentionParams& p, const Group<L>& g, int64_t k, int64_t h,
+                                  const Raw<scalar_t, CPL>& raw, float (&kk)[CPL]) {
+  const int64_t H = p.heads, C = p.channels;
+  if constexpr (K == ScoreKind::kGat && kKeyIsValue) {
+    to_floats(raw, kk);
+  } else if constexpr (K == ScoreKind::kGat) {
+    const auto* es = static_cast<const scalar_t*>(p.edge_score);
+    kk[0] = raw_at(raw, 0) + (es ? to_acc(es[k * H + h]) : 0.0f);
+  } else {
+    to_floats(raw, kk);
+    if (p.edge_key) {
+      float ek[CPL];
+      load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.edge_key) + (k * H + h) * C,
+                                   int64_t(g.sub) * CPL, C, p.vector_io, ek);
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) kk[t] += ek[t];
+    }
+  }
+}
+
+// issue_key and finish_key at once (the loads of one slot, not batched with others).
 template <ScoreKind K, typename scalar_t, int L, int CPL, bool kKeyIsValue = false>
 __device__ inline void load_key(const AttentionParams& p, const Group<L>& g, int64_t j, int64_t k,
                                 int64_t h, float (&kk)[CPL]) {
@@ -242,7 +361,30 @@ __device__ inline float edge_score(const AttentionParams& p, const Group<L>& g,
   return score_of<K, scalar_t, L, CPL>(p, g, d, kk, z);
 }
 
-// value_j + edge_value_k for this lane's channels.
+// value_j + edge_value_k for this lane's channels, in load_key's two steps.
+template <typename scalar_t, int L, int CPL>
+__device__ inline void issue_value(const AttentionParams& p, const Group<L>& g, int64_t j, int64_t h,
+                                   Raw<scalar_t, CPL>& raw) {
+  const int64_t C = p.channels;
+  load_raw<scalar_t, CPL>(static_cast<const scalar_t*>(p.value) + (j * p.heads + h) * C,
+                          int64_t(g.sub) * CPL, C, p.vector_io, raw);
+}
+
+template <typename scalar_t, int L, int CPL>
+__device__ inline void finish_value(const AttentionParams& p, const Group<L>& g, int64_t k, int64_t h,
+                                    const Raw<scalar_t, CPL>& raw, float (&v)[CPL]) {
+  to_floats(raw, v);
+  if (p.edge_value) {
+    const int64_t C = p.channels;
+    float ev[CPL];
+    load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.edge_value) + (k * p.heads + h) * C,
+                                 int64_t(g.sub) * CPL, C, p.vector_io, ev);
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) v[t] += ev[t];
+  }
+}
+
+// issue_value and finish_value at once.
 template <typename scalar_t, int L, int CPL>
 __device__ inline void load_value(const AttentionParams& p, const Group<L>& g, int64_t j,
                                   int64_t k, int64_t h, float (&v)[CPL]) {
@@ -254,6 +396,47 @@ __device__ inline void load_value(const AttentionParams& p, const Group<L>& g, i
                                  p.vector_io, ev);
 #pragma unroll
     for (int t = 0; t < CPL; ++t) v[t] += ev[t];
+  }
+}
+
+// The key and value rows of a step's U slots (j[u], slot base + u for u < n, else the step's
+// first slot again). 16-bit rows: every gather issued before the first conversion (Raw). float32
+// rows need no conversion and keep load_key / load_value per slot: ptxas spilled more with the
+// split order (8-16 more bytes of stack in the dot and GATv2 kernels).
+template <ScoreKind K, typename scalar_t, int L, int CPL, bool kKeyIsValue, int U>
+__device__ inline void load_slots(const AttentionParams& p, const Group<L>& g, const int64_t (&j)[U],
+                                  int64_t base, int n, int64_t h, float (&kk)[U][CPL],
+                                  float (&v)[U][CPL]) {
+  if constexpr (sizeof(scalar_t) >= 4) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = base + (u < n ? u : 0);
+      load_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, j[u], k, h, kk[u]);
+      if constexpr (!kKeyIsValue) {
+        load_value<scalar_t, L, CPL>(p, g, j[u], k, h, v[u]);
+      } else {
+#pragma unroll
+        for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
+      }
+    }
+    return;
+  }
+  Raw<scalar_t, CPL> rk[U], rv[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    issue_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, j[u], h, rk[u]);
+    if constexpr (!kKeyIsValue) issue_value<scalar_t, L, CPL>(p, g, j[u], h, rv[u]);
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t k = base + (u < n ? u : 0);
+    finish_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, k, h, rk[u], kk[u]);
+    if constexpr (!kKeyIsValue) {
+      finish_value<scalar_t, L, CPL>(p, g, k, h, rv[u], v[u]);
+    } else {  // the key is the value row: one load serves both
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
+    }
   }
 }
 
