@@ -78,10 +78,11 @@ def test_att_gives_the_head_scores_path_bits(device, dropout, bias):
             assert torch.equal(ga, ga_ref), what
 
 
-@pytest.mark.parametrize("channels", [6, 42])
+@pytest.mark.parametrize("channels", [6, 42, 132])
 def test_att_where_the_kernel_cannot_form_the_scores(device, channels):
-    # 6 and 42 channels are not whole pieces of 4 (head_scores_piece): the binding forms the
-    # scores with head_scores (on CUDA too); the bits are the same.
+    # 6 and 42 channels are not whole pieces of 4 (head_scores_piece), 132 is more than 32 of
+    # them in float32 and not whole pieces of 8 in bfloat16: the binding forms the scores with
+    # head_scores (on CUDA too); the bits are the same.
     gen = torch.Generator().manual_seed(torch.seed() % 2**31)
     ei, n = random_graph(300, 3000, generator=gen)
     graph = gnnio.Graph(ei.to(device), num_nodes=n)

@@ -101,9 +101,8 @@ __device__ inline float raw_at(const Raw<scalar_t, CPL>& raw, int t) {
   }
 }
 
-// Channels c0 .. c0 + CPL - 1 of a row as stored, zeros at or beyond C. With `vec` (the launcher
-// checked 16-byte alignment of every base pointer and C % CPL == 0, so every lane's channels
-// start on a boundary of their size) as whole vector loads of 8 or 16 bytes.
+// Channels c0 .. c0 + CPL - 1 of a row as stored, zeros at or beyond C. With `vec` (rows_aligned)
+// as whole vector loads of 8 or 16 bytes.
 template <typename scalar_t, int CPL>
 __device__ inline void load_raw(const scalar_t* row, int64_t c0, int64_t C, bool vec,
                                 Raw<scalar_t, CPL>& out) {
@@ -296,7 +295,9 @@ __device__ inline void finish_key(const AttentionParams& p, const Group<L>& g, i
   }
 }
 
-// issue_key and finish_key at once (the loads of one slot, not batched with others).
+// What issue_key then finish_key give, in one step, for loads not batched with others and for
+// float32's slots (its own code: the float32 kernels compile from it as before the split, whose
+// words changed ptxas' allocation there; test_attention_cuda checks both against float64).
 template <ScoreKind K, typename scalar_t, int L, int CPL, bool kKeyIsValue = false>
 __device__ inline void load_key(const AttentionParams& p, const Group<L>& g, int64_t j, int64_t k,
                                 int64_t h, float (&kk)[CPL]) {
@@ -384,7 +385,7 @@ __device__ inline void finish_value(const AttentionParams& p, const Group<L>& g,
   }
 }
 
-// issue_value and finish_value at once.
+// What issue_value then finish_value give, in one step (as load_key).
 template <typename scalar_t, int L, int CPL>
 __device__ inline void load_value(const AttentionParams& p, const Group<L>& g, int64_t j,
                                   int64_t k, int64_t h, float (&v)[CPL]) {
@@ -419,23 +420,23 @@ __device__ inline void load_slots(const AttentionParams& p, const Group<L>& g, c
         for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
       }
     }
-    return;
-  }
-  Raw<scalar_t, CPL> rk[U], rv[U];
+  } else {
+    Raw<scalar_t, CPL> rk[U], rv[U];
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    issue_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, j[u], h, rk[u]);
-    if constexpr (!kKeyIsValue) issue_value<scalar_t, L, CPL>(p, g, j[u], h, rv[u]);
-  }
+    for (int u = 0; u < U; ++u) {
+      issue_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, j[u], h, rk[u]);
+      if constexpr (!kKeyIsValue) issue_value<scalar_t, L, CPL>(p, g, j[u], h, rv[u]);
+    }
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int64_t k = base + (u < n ? u : 0);
-    finish_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, k, h, rk[u], kk[u]);
-    if constexpr (!kKeyIsValue) {
-      finish_value<scalar_t, L, CPL>(p, g, k, h, rv[u], v[u]);
-    } else {  // the key is the value row: one load serves both
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = base + (u < n ? u : 0);
+      finish_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, k, h, rk[u], kk[u]);
+      if constexpr (!kKeyIsValue) {
+        finish_value<scalar_t, L, CPL>(p, g, k, h, rv[u], v[u]);
+      } else {  // the key is the value row: one load serves both
 #pragma unroll
-      for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
+        for (int t = 0; t < CPL; ++t) v[u][t] = kk[u][t];
+      }
     }
   }
 }
@@ -610,8 +611,6 @@ void dispatch_attention(const AttentionParams& p, Fn&& fn) {
 
 constexpr int64_t kMaxCudaChannels = 256;
 
-// Whether every feature row the kernels touch starts on a 16-byte boundary (base pointers
-// aligned, C a multiple of the lane's CPL channels): then AttentionParams::vector_io may be set.
 // The launcher-set dropout fields of AttentionParams (see params.h).
 inline void set_dropout_test(AttentionParams& p) {
   const DropoutTest t = dropout_test(p.seed, p.dropout);
@@ -620,6 +619,9 @@ inline void set_dropout_test(AttentionParams& p) {
   p.dropout_scale = p.dropout > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout)) : 1.0f;
 }
 
+// Whether every base pointer the kernels read rows from is 16-byte aligned and C a multiple of
+// the lane's CPL channels, so that every lane's channels start on a boundary of min(their size,
+// 16 bytes) (8 bytes for 16-bit rows at CPL 4): then AttentionParams::vector_io may be set.
 inline bool rows_aligned(const AttentionParams& p, int cpl, std::initializer_list<const void*> more) {
   if (p.channels % cpl != 0) return false;
   for (const void* ptr : {p.value, p.key, p.query, p.edge_key, p.edge_value, p.att, p.score_att,
