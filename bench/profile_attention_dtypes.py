@@ -10,17 +10,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import gnnio
-
-
-def operands(kind, n, dtype, gen):
-    def rand(*shape):
-        return torch.randn(*shape, generator=gen, device="cuda", dtype=dtype).requires_grad_()
-    value = rand(n, 4, 32)
-    if kind == "gat":
-        return value, dict(src_score=rand(n, 4), dst_score=rand(n, 4))
-    if kind == "gatv2":
-        return value, dict(key=value, query=rand(n, 4, 32), att=rand(4, 32))
-    return value, dict(key=rand(n, 4, 32), query=rand(n, 4, 32), scale=32 ** -0.5)
+from gnnio.bench.cases import attention_operands
 
 
 def short(name, width=110):
@@ -41,7 +31,9 @@ def main():
         for dtype_name in args.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
             gen = torch.Generator(device="cuda").manual_seed(1)
-            value, ops = operands(kind, data.num_nodes, dtype, gen)
+            value, ops, _ = attention_operands(
+                kind, data.num_nodes, 4, 32,
+                lambda *shape: torch.randn(*shape, generator=gen, device="cuda", dtype=dtype))
             gout = torch.randn(data.num_nodes, 4, 32, generator=gen, device="cuda", dtype=dtype)
 
             def fwd():

@@ -18,7 +18,7 @@ import gnnio
 import gnnio.plan
 import gnnio.reorder
 from gnnio.bench import training
-from gnnio.bench.cases import DEFAULT_LAYERS, LAYERS
+from gnnio.bench.cases import DEFAULT_LAYERS, LAYERS, attention_operands
 from gnnio.bench.report import markdown_table
 from gnnio.bench.timing import bench_module, copy_rate_tbps, median_ms, peak_extra_gib, rel_diff
 from gnnio.bench.wsb import bench_spmm_wsb
@@ -428,18 +428,7 @@ def _bench_attention(kind):
         heads, channels = 4, max(1, x.size(1) // 4)
         gen = torch.Generator(device=device).manual_seed(args.seed + 1)
         rand = lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=dtype)  # noqa: E731
-        value = rand(n, heads, channels).requires_grad_()
-        if kind == "gat":
-            operands = dict(src_score=rand(n, heads).requires_grad_(), dst_score=rand(n, heads).requires_grad_())
-            rows_per_edge = 1
-        elif kind == "gatv2":
-            operands = dict(key=value, query=rand(n, heads, channels).requires_grad_(),
-                            att=rand(heads, channels).requires_grad_())
-            rows_per_edge = 1  # key is value: one row per edge
-        else:
-            operands = dict(key=rand(n, heads, channels).requires_grad_(),
-                            query=rand(n, heads, channels).requires_grad_(), scale=channels ** -0.5)
-            rows_per_edge = 2
+        value, operands, rows_per_edge = attention_operands(kind, n, heads, channels, rand)
         inputs = [value] + [t for t in operands.values() if isinstance(t, torch.Tensor) and t is not value]
         fn = lambda: gnnio.ops.graph_attention(graph, kind, value, **operands)  # noqa: E731
         g = torch.randn(n, heads, channels, generator=gen, device=device, dtype=dtype)

@@ -48,3 +48,19 @@ LAYERS: Dict[str, LayerCase] = {
 # dot): the demo (scripts/demo.sh) shows all three kernel families.
 DEFAULT_LAYERS = ["spmm", "GCNConv", "GraphConv(add)", "SAGEConv(mean)", "SAGEConv(max)", "GATConv",
                   "GATv2Conv", "TransformerConv"]
+
+
+def attention_operands(kind: str, n: int, heads: int, channels: int, rand):
+    """The inputs of the benchmark's ``graph_attention(kind)`` rows on n nodes, drawn with
+    ``rand(*shape)`` in a fixed order, each needing a gradient: (value, keyword operands, rows
+    each edge gathers). GAT takes random per-node scores; GATv2's key is its value (one row per
+    edge); dot has its own key (two)."""
+    value = rand(n, heads, channels).requires_grad_()
+    if kind == "gat":
+        return value, dict(src_score=rand(n, heads).requires_grad_(),
+                           dst_score=rand(n, heads).requires_grad_()), 1
+    if kind == "gatv2":
+        return value, dict(key=value, query=rand(n, heads, channels).requires_grad_(),
+                           att=rand(heads, channels).requires_grad_()), 1
+    return value, dict(key=rand(n, heads, channels).requires_grad_(),
+                       query=rand(n, heads, channels).requires_grad_(), scale=channels ** -0.5), 2
