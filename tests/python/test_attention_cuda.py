@@ -370,6 +370,38 @@ def test_cuda_op_on_hub(kind, optional, dtype):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("heads,channels", [(3, 2), (2, 8), (2, 16), (4, 32), (1, 128)],
+                         ids=["L1-partial", "L2", "L4", "L8", "L32"])
+@pytest.mark.parametrize("kind,optional", OP_CASES, ids=OP_IDS)
+def test_cuda_16bit_wide_steps_at_every_lane_width(kind, optional, heads, channels, dtype):
+    """16-bit forwards at 4 channels a lane take 8 slots a step with their rows raw until used
+    (kWideSteps, SlotRows): at every lane width (1 lane a head with 2 of its 4 channels past the
+    head, up to 32), rows of 0 to ~40 slots (partial steps), a row of 600 (split into work
+    items) and the edge terms loaded at their use, forward and backward against float64 from
+    the same operands, with test_cuda_op_on_hub's bound for the longest row."""
+    gen = torch.Generator().manual_seed(hash((kind, optional, heads, channels)) % 2**31)
+    ei, n = random_graph(400, 6000, generator=gen)
+    ei = torch.cat([ei, torch.stack([torch.randint(n, (600,), generator=gen), torch.full((600,), 7)])], 1)
+    graph, gcuda = gnnio.Graph(ei, num_nodes=n), gnnio.Graph(ei.cuda(), num_nodes=n)
+    ops = make_op_operands(kind, optional, graph, heads, channels, dtype, gen, signed=True)
+    names = list(ops)
+    ts = [t.cuda().requires_grad_() for t in ops.values()]
+    out = gnnio.ops.graph_attention(gcuda, kind, **dict(zip(names, ts)), scale=0.5)
+    te = [t.double().requires_grad_() for t in ops.values()]
+    out_e = gnnio.ops.graph_attention(graph, kind, **dict(zip(names, te)), scale=0.5)
+    assert out.dtype == dtype
+    gout = torch.cos(torch.arange(out.numel(), dtype=torch.float64)).view_as(out_e).to(dtype)
+    g = torch.autograd.grad(out, ts, gout.cuda())
+    g_e = torch.autograd.grad(out_e, te, gout.double())
+    longest = int(torch.bincount(ei[1], minlength=n).max())
+    rel = 4 * math.sqrt(longest) * EPS32 + torch.finfo(dtype).eps
+    for what, a, c in [("out", out, out_e)] + list(zip([f"d{k}" for k in names], g, g_e)):
+        err, scale = (a.cpu().double() - c).abs().max().item(), c.abs().max().item()
+        assert err <= rel * scale, f"{what}: error {err:.3g} > {rel:.2g} x scale {scale:.3g}"
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("layer,opts", CUDA_LAYERS, ids=CUDA_IDS)
 def test_cuda_dropout_masks_equal_cpu(monkeypatch, layer, opts):
     """The mask is a function of (seed, CSR slot, head) and a layer draws its seed from the CPU
