@@ -29,22 +29,12 @@ struct Partial {  // workspace layout of the work items' partial states
 // 64 registers (4 blocks) and spill only outside the slot loop (16-40 bytes: the task's bounds,
 // ptxas and SASS); the kinds that hold a key and a value row per slot would spill 120-220 bytes
 // at 64 and keep 80 (3 blocks). CPL 8 (heads above 128 channels) keeps 2 blocks (<= 122).
-//
-// 16-bit rows at CPL 4 wait in flight as raw words (SlotRows), half of float32's registers,
-// so the forward takes twice the slots per step for one block fewer per SM: GAT 8 slots at
-// 3 blocks (80 registers, no spills) against 4 at 4, dot and GATv2 with its own value rows 8
-// at 2 (104-106 registers) against 4 at 3. GATv2 whose key is its value keeps float32's
-// 4 slots: at 8 it spilled 72-88 bytes at 80 registers (ptxas).
-template <ScoreKind K, typename scalar_t, int CPL, bool kKeyIsValue>
-constexpr bool kWideSteps = sizeof(scalar_t) == 2 && CPL < 8 && !(K == ScoreKind::kGatV2 && kKeyIsValue);
-
-template <ScoreKind K, typename scalar_t, int CPL, bool kKeyIsValue>
-constexpr int kForwardMinBlocks = (CPL >= 8 ? 2 : (K == ScoreKind::kGat || kKeyIsValue ? 4 : 3)) -
-                                  (kWideSteps<K, scalar_t, CPL, kKeyIsValue> ? 1 : 0);
+template <ScoreKind K, int CPL, bool kKeyIsValue>
+constexpr int kForwardMinBlocks = CPL >= 8 ? 2 : (K == ScoreKind::kGat || kKeyIsValue ? 4 : 3);
 
 // kKeyIsValue: key_is_value(p), or for GAT gat_scores_from_rows(p) (dispatch_kind_kv<true>).
 template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue>
-__global__ void __launch_bounds__(kRowThreads, row_blocks(kForwardMinBlocks<K, scalar_t, CPL, kKeyIsValue>))
+__global__ void __launch_bounds__(kRowThreads, row_blocks(kForwardMinBlocks<K, CPL, kKeyIsValue>))
     forward_kernel(AttentionParams p, Partial part) {
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -76,23 +66,21 @@ __global__ void __launch_bounds__(kRowThreads, row_blocks(kForwardMinBlocks<K, s
 #pragma unroll
   for (int t = 0; t < CPL; ++t) acc[t] = 0.0f;
   auto* weights = static_cast<float*>(p.weights);
-  constexpr int U = kSlotsInFlight<K, CPL> * (kWideSteps<K, scalar_t, CPL, kKeyIsValue> ? 2 : 1);
+  constexpr int U = kSlotsInFlight<K, CPL>;
   using Batch = SlotBatch<index_t, L, U>;
   // One step: slots u0 .. u0 + n - 1 of the batch, their loads issued before any arithmetic
   // (a row's slots are otherwise one dependent load chain and the gather latency-bound).
   auto step = [&](const Batch& batch, int64_t base, int u0, int n) {
     int64_t j[U];
-    float e[U];
+    float kk[U][CPL], v[U][CPL], e[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) j[u] = batch.get(g, u0, u);
-    SlotRows<K, scalar_t, L, CPL, kKeyIsValue, U, kWideSteps<K, scalar_t, CPL, kKeyIsValue>> rows;
-    rows.load(p, g, j, base + u0, n, h);
+    load_slots<K, scalar_t, L, CPL, kKeyIsValue, U>(p, g, j, base + u0, n, h, kk, v);
     float m_new = m;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      float kk[CPL], z[CPL];
-      rows.key(p, g, base + u0 + (u < n ? u : 0), h, u, kk);
-      e[u] = score_of<K, scalar_t, L, CPL, kKeyIsValue>(p, g, d, kk, z);
+      float z[CPL];
+      e[u] = score_of<K, scalar_t, L, CPL, kKeyIsValue>(p, g, d, kk[u], z);
       if (u < n) {
         m_new = fmaxf(m_new, e[u]);
         if (weights && g.sub == 0) weights[(base + u0 + u) * p.heads + h] = e[u];  // normalised later
@@ -110,10 +98,8 @@ __global__ void __launch_bounds__(kRowThreads, row_blocks(kForwardMinBlocks<K, s
       const float w = expf(e[u] - m);
       s += w;
       const float wr = w * dropout_factor(p, base + u0 + u, h);
-      float v[CPL];
-      rows.value(p, g, base + u0 + u, h, u, v);
 #pragma unroll
-      for (int t = 0; t < CPL; ++t) acc[t] += wr * v[t];
+      for (int t = 0; t < CPL; ++t) acc[t] += wr * v[u][t];
     }
   };
   for (int64_t base = begin; base < end; base += Batch::kSize) {

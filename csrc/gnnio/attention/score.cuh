@@ -441,55 +441,6 @@ __device__ inline void load_slots(const AttentionParams& p, const Group<L>& g, c
   }
 }
 
-// A step's U slot rows held until used, for kernels that score every slot before they
-// accumulate any (the forward): key(u) for the score, value(u) for the accumulation. By
-// default loaded and converted as load_slots does. kRawRows (16-bit only): the rows stay raw
-// 32-bit words until key(u) / value(u) convert them (and add the edge's terms, loaded there),
-// which is what lets the forward hold 8 16-bit slots: converted all at once they spilled
-// 72-160 bytes at its register bound (ptxas). At 4 slots the raw words cost GATv2 more.
-template <ScoreKind K, typename scalar_t, int L, int CPL, bool kKeyIsValue, int U, bool kRawRows = false>
-struct SlotRows {
-  float kk[U][CPL], v[U][CPL];
-  __device__ void load(const AttentionParams& p, const Group<L>& g, const int64_t (&j)[U], int64_t base,
-                       int n, int64_t h) {
-    load_slots<K, scalar_t, L, CPL, kKeyIsValue, U>(p, g, j, base, n, h, kk, v);
-  }
-  __device__ void key(const AttentionParams&, const Group<L>&, int64_t, int64_t, int u, float (&out)[CPL]) const {
-#pragma unroll
-    for (int t = 0; t < CPL; ++t) out[t] = kk[u][t];
-  }
-  __device__ void value(const AttentionParams&, const Group<L>&, int64_t, int64_t, int u, float (&out)[CPL]) const {
-#pragma unroll
-    for (int t = 0; t < CPL; ++t) out[t] = v[u][t];
-  }
-};
-
-template <ScoreKind K, typename scalar_t, int L, int CPL, bool kKeyIsValue, int U>
-struct SlotRows<K, scalar_t, L, CPL, kKeyIsValue, U, true> {
-  Raw<scalar_t, CPL> rk[U], rv[U];
-  __device__ void load(const AttentionParams& p, const Group<L>& g, const int64_t (&j)[U], int64_t,
-                       int, int64_t h) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      issue_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, j[u], h, rk[u]);
-      if constexpr (!kKeyIsValue) issue_value<scalar_t, L, CPL>(p, g, j[u], h, rv[u]);
-    }
-  }
-  // Slot k (its edge terms) is base + u, or the step's first slot for u past the step's n.
-  __device__ void key(const AttentionParams& p, const Group<L>& g, int64_t k, int64_t h, int u,
-                      float (&out)[CPL]) const {
-    finish_key<K, scalar_t, L, CPL, kKeyIsValue>(p, g, k, h, rk[u], out);
-  }
-  __device__ void value(const AttentionParams& p, const Group<L>& g, int64_t k, int64_t h, int u,
-                        float (&out)[CPL]) const {
-    if constexpr (kKeyIsValue) {
-      to_floats(rk[u], out);  // the key row is the value row
-    } else {
-      finish_value<scalar_t, L, CPL>(p, g, k, h, rv[u], out);
-    }
-  }
-};
-
 // The source (or destination) indices of a group's next slots, loaded by the group's lanes
 // together: one coalesced load per batch instead of one dependent load per slot, so the
 // feature-row loads of a whole batch can be issued back to back. A batch is kSize slots: one
