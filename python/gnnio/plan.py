@@ -63,18 +63,19 @@ class _Split(NamedTuple):
 
 
 def _heavy_split(graph, side: str, min_heavy: int, over_mean: float, chunk: int,
-                 max_items: Optional[int] = None) -> _Split:
+                 max_items: Optional[int] = None, min_longest: int = 0) -> _Split:
     """The light/heavy split of csr_by_dst (``side='dst'``) or of the transpose (``'src'``):
     rows above max(min_heavy, over_mean x that side's mean degree), cut into ``chunk``-slot work
-    items (at most ``max_items`` per row, split_rows). Cached on the Graph per (side, threshold,
-    chunk, max_items), whichever family asks."""
+    items (at most ``max_items`` per row, split_rows); none unless the longest row is above
+    ``min_longest`` too. Cached on the Graph per (side, threshold, chunk, max_items), whichever
+    family asks."""
     if side == "dst":
         stats = graph.stats()
         mean, max_degree = stats["mean_in_degree"], stats["max_in_degree"]
     else:  # the source side's own mean: E / num_src differs from E / num_dst when bipartite
         mean, max_degree = graph.num_edges / max(graph.num_src, 1), graph.max_out_degree()
     threshold = int(max(min_heavy, over_mean * mean))
-    if max_degree <= threshold:
+    if max_degree <= max(threshold, min_longest):
         return _Split(threshold, max_degree, None, None)
     csr = (lambda: graph.csr_by_dst) if side == "dst" else (lambda: graph.csr_by_src)
     heavy, items = graph._cached(("split", side, threshold, chunk, max_items),
@@ -198,11 +199,16 @@ class AttentionPlan(NamedTuple):
 ATTENTION_CHUNK = 128
 # A split shortens a heavy row's walk to ATTENTION_CHUNK slots and costs the merge kernel's
 # launch, about a 32-slot walk: it pays from ATTENTION_CHUNK + 32 slots. The planner studies:
-# IMDB-BINARY's 135-slot rows split ran 1.01-1.23x slower than unsplit (now unsplit). Rows of
-# 168-171 slots sit at the break-even: cora's forward+backward ran 1.06-1.12x faster unsplit in
-# both studies (its forward either way), pubmed's ran 1.02-1.17x faster split at da5855b and up
-# to 1.14x slower split at e86a9a0; they stay split (bench/NOTES.md, "Planner study").
+# IMDB-BINARY's 135-slot rows split ran 1.01-1.23x slower than unsplit (now unsplit).
 ATTENTION_MIN_HEAVY = ATTENTION_CHUNK + 32
+# A graph is split only if its longest row is above two chunks: below that the split shortens
+# the launch's longest walk by less than a chunk, and on the small graphs whose only heavy
+# rows are that short the merge launch costs more. cora's and pubmed's longest rows (168 and
+# 171 slots, the only ones above 160) ran 1.11-1.28x and 1.00-1.17x faster unsplit at 804bade
+# (every pass, float32 and bfloat16), cora's fwd+bwd 1.06-1.12x in the two studies before; only
+# da5855b's, on kernels since changed, had pubmed 1.15-1.2x faster split. wiki-Vote (457 slots,
+# 1.3-2.3x faster split) and every larger hub keep their split (bench/NOTES.md, planner study).
+ATTENTION_MIN_LONGEST = 2 * ATTENTION_CHUNK
 # A heavy row's items are merged by one block per (row, head) of 16 lane groups, each walking
 # its share of the items in batches of 4 loads; the 2M-slot hub of powerlaw-1M-16M in 128-slot
 # chunks is 15.6K items per head, ~250 dependent rounds a group, the merges' long pole. Rows
@@ -233,18 +239,22 @@ def _plan_attention_split(graph, backward: bool) -> AttentionPlan:
     heavy_src = heavy_src_items = None
     light_max, light_max_out = NODE_PARALLEL, NODE_PARALLEL
     fwd = _heavy_split(graph, "dst", ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN, ATTENTION_CHUNK,
-                       ATTENTION_MAX_ITEMS)
+                       ATTENTION_MAX_ITEMS, ATTENTION_MIN_LONGEST)
     heavy_rows, heavy_items = fwd.heavy, fwd.items
     if heavy_rows is not None:
         light_max = fwd.threshold
         parts.append(f"super nodes: {heavy_rows.numel()} destinations above {fwd.threshold} "
                      f"edges (max {fwd.max_degree}) split into {heavy_items.size(0)} chunks "
                      f"of {ATTENTION_CHUNK} (at most {ATTENTION_MAX_ITEMS} per row)")
+    elif fwd.max_degree > fwd.threshold:
+        parts.append(f"no super nodes: max in-degree {fwd.max_degree} is above {fwd.threshold} "
+                     f"but not two chunks ({ATTENTION_MIN_LONGEST}), where a split saves less "
+                     f"than its merge launch")
     else:
         parts.append(f"no super nodes: max in-degree {fwd.max_degree} <= {fwd.threshold}")
     if backward:
         bwd = _heavy_split(graph, "src", ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN, ATTENTION_CHUNK,
-                           ATTENTION_MAX_ITEMS)
+                           ATTENTION_MAX_ITEMS, ATTENTION_MIN_LONGEST)
         if bwd.heavy is not None:
             heavy_src, heavy_src_items, light_max_out = bwd.heavy, bwd.items, bwd.threshold
             parts.append(f"backward: {heavy_src.numel()} sources above {bwd.threshold} "

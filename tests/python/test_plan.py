@@ -182,6 +182,31 @@ def test_reduce_and_attention_report_the_split():
     assert "in-degree" in flat.plan("attention").reason
 
 
+@pytest.mark.parametrize("longest", [200, 256, 257, 300])
+def test_attention_splits_only_a_longest_row_above_two_chunks(longest):
+    """Rows above max(160, 8 x mean) are heavy, but a graph is split only if its longest row
+    (in-degree forward, out-degree in the backward) is above 2 x ATTENTION_CHUNK = 256."""
+    gen = torch.Generator().manual_seed(longest)
+    n = 2000
+    ei = torch.randint(n, (2, 4000), generator=gen)  # mean 2: the threshold is 160
+    star = torch.stack([torch.arange(1, longest + 1) % n, torch.zeros(longest, dtype=torch.long)])
+    ei = torch.cat([ei[:, (ei[1] != 0) & (ei[0] != 0)], star, star.flip(0)], 1)
+    g = gnnio.Graph(ei, num_nodes=n)
+    assert g.stats()["max_in_degree"] == longest == g.max_out_degree()
+    a = planner.plan_attention(g, 64, backward=True)
+    split = longest > 2 * planner.ATTENTION_CHUNK
+    assert (a.heavy_rows is not None) == split and (a.heavy_src is not None) == split
+    if split:
+        assert a.heavy_rows.tolist() == [0] and a.light_max_degree == planner.ATTENTION_MIN_HEAVY
+        assert a.light_max_out_degree == planner.ATTENTION_MIN_HEAVY
+    else:
+        assert a.light_max_degree == a.light_max_out_degree == planner.NODE_PARALLEL
+        assert f"max in-degree {longest} is above 160 but not two chunks (256)" in a.reason
+    # The layers' plans ask the same rule; GATv2Conv's self-loop adds one to the longest row.
+    assert g.plan("TransformerConv", features=64).backend == ("csr-split" if split else "csr")
+    assert g.plan("GATv2Conv", features=64).backend == ("csr-split" if longest >= 256 else "csr")
+
+
 @pytest.mark.parametrize("max_items", [None, 1, 3, 8])
 def test_split_rows_covers_each_heavy_row_in_order(max_items):
     """Items tile each heavy row's slots contiguously in slot order; with max_items a row has at
