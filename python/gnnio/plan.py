@@ -284,7 +284,7 @@ def _plan_attention_split(graph, backward: bool) -> AttentionPlan:
 # in between and next to the byte model's break-even (below: ~17.6 at 128 features). float16
 # was not measured; it has bfloat16's MMA shape and bytes, so it shares the threshold.
 # float32 (tf32, m16n16k8 and twice the tile bytes): first set to 64 from the forward above
-# (0.94x at 20.5, 0.80x at 39.4). The planner study (bench/results/nvidia-h200-planner.*, two
+# (0.94x at 20.5, 0.80x at 39.4). The planner studies (bench/results/nvidia-h200-planner*, two
 # float32 rows per graph: WSB runs as tf32 in both) then measured WSB ahead in both passes at
 # 39.4 and 45.0 edges per tile (bcsstk13 0.89x / 0.88x of CSR's time, IMDB-BINARY 0.77x /
 # 0.83x) and the forward still 1.7x slower at 20.5 (bcsstk25), so the threshold is 32.
