@@ -205,8 +205,9 @@ ATTENTION_MIN_HEAVY = ATTENTION_CHUNK + 32
 # the launch's longest walk by less than a chunk, and on the small graphs whose only heavy
 # rows are that short the merge launch costs more. cora's and pubmed's longest rows (168 and
 # 171 slots, the only ones above 160) ran 1.11-1.28x and 1.00-1.17x faster unsplit at 804bade
-# (every pass, float32 and bfloat16), cora's fwd+bwd 1.06-1.12x in the two studies before; only
-# da5855b's, on kernels since changed, had pubmed 1.15-1.2x faster split. wiki-Vote (457 slots,
+# (every pass, float32 and bfloat16; pubmed's float32 forward a tie), cora's fwd+bwd 1.06-1.12x
+# in the two studies before; only da5855b's, on kernels since changed, had pubmed 1.02-1.21x
+# faster split. wiki-Vote (457 slots,
 # 1.3-2.3x faster split) and every larger hub keep their split (bench/NOTES.md, planner study).
 ATTENTION_MIN_LONGEST = 2 * ATTENTION_CHUNK
 # A heavy row's items are merged by one block per (row, head) of 16 lane groups, each walking
@@ -284,10 +285,11 @@ def _plan_attention_split(graph, backward: bool) -> AttentionPlan:
 # in between and next to the byte model's break-even (below: ~17.6 at 128 features). float16
 # was not measured; it has bfloat16's MMA shape and bytes, so it shares the threshold.
 # float32 (tf32, m16n16k8 and twice the tile bytes): first set to 64 from the forward above
-# (0.94x at 20.5, 0.80x at 39.4). The planner studies (bench/results/nvidia-h200-planner*, two
-# float32 rows per graph: WSB runs as tf32 in both) then measured WSB ahead in both passes at
-# 39.4 and 45.0 edges per tile (bcsstk13 0.89x / 0.88x of CSR's time, IMDB-BINARY 0.77x /
-# 0.83x) and the forward still 1.7x slower at 20.5 (bcsstk25), so the threshold is 32.
+# (0.94x at 20.5, 0.80x at 39.4). The first planner study (bench/NOTES.md, "Planner study";
+# its results file since replaced by later runs; two float32 rows per graph: WSB runs as tf32
+# in both) then measured WSB ahead in both passes at 39.4 and 45.0 edges per tile (bcsstk13
+# 0.89x / 0.88x of CSR's time, IMDB-BINARY 0.77x / 0.83x) and the forward still 1.7x slower
+# at 20.5 (bcsstk25), so the threshold is 32.
 #
 # Small graphs, 16-bit: on graphs of at most WSB_SMALL_ROWS destination rows the whole product
 # takes 20-80 us, and CSR's per-call cost on them is higher than WSB's (H200, bfloat16 forward:

@@ -4,6 +4,7 @@ directions, against a plain PyTorch computation that materialises every score (a
 precision and in float64), forward and backward. Skipped without a GPU."""
 import gc
 import math
+import zlib
 
 import pytest
 import torch
@@ -110,7 +111,7 @@ def reference(ei, ns, nd, kind, value, ops, slope, scale, keep, positive=None):
 @pytest.mark.parametrize("graph_name", list(GRAPHS))
 def test_matches_materialised_reference(graph_name, kind, edge_terms, dropout, dtype):
     ei, (ns, nd) = GRAPHS[graph_name]
-    gen = torch.Generator().manual_seed(hash((graph_name, kind, edge_terms)) % 2**31)
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((graph_name, kind, edge_terms)).encode()))
     value, ops = operands(kind, ns, nd, ei.size(1), edge_terms, dtype, gen)
     slope, scale = 0.2, C ** -0.5
     graph = gnnio.Graph(ei.cuda(), size=(ns, nd))
@@ -377,11 +378,11 @@ def test_cuda_op_on_hub(kind, optional, dtype):
 def test_cuda_16bit_at_every_lane_width(kind, optional, heads, channels, dtype):
     """The 16-bit kernels (rows loaded raw, converted after a step's loads are issued) at every
     lane width of 4 channels a lane (1 lane a head with 2 of its 4 channels past the head, up to
-    32), rows of 0 to ~40 slots (partial steps), a row of 600 (split into work items) and every
+    32), rows of ~5 to ~35 slots (partial steps), a row of ~615 (split into work items) and every
     optional edge term, forward and backward against float64 from the same operands, with
     test_cuda_op_on_hub's bound for the longest row. (Written for 6707805's 8-slot 16-bit
     forward, reverted as slower; it passed there and covers the kept kernels.)"""
-    gen = torch.Generator().manual_seed(hash((kind, optional, heads, channels)) % 2**31)
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((kind, optional, heads, channels)).encode()))
     ei, n = random_graph(400, 6000, generator=gen)
     ei = torch.cat([ei, torch.stack([torch.randint(n, (600,), generator=gen), torch.full((600,), 7)])], 1)
     graph, gcuda = gnnio.Graph(ei, num_nodes=n), gnnio.Graph(ei.cuda(), num_nodes=n)
