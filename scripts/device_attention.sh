@@ -9,7 +9,7 @@ source scripts/device_common.sh
 device_build
 device_env
 if [ "${TEST_S:-200}" -gt 0 ]; then
-  timeout "${TEST_S:-200}" python3 -m pytest tests/python/test_head_scores.py tests/python/test_attention_cuda.py tests/python/test_column_sum.py \
+  timeout "${TEST_S:-200}" python3 -m pytest tests/python/test_head_scores.py tests/python/test_attention_cuda.py tests/python/test_attention_cuda_hub.py tests/python/test_column_sum.py \
     tests/python/test_layers.py -m cuda ${TEST_K:+-k "$TEST_K"} -q -p no:cacheprovider > "$OUT/pytest-attention.log" 2>&1
   echo "tests: $(( $(date +%s) - T0 )) s"
 fi

@@ -10,7 +10,7 @@ source scripts/device_common.sh
 device_build
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python:/tmp/site" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
 [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-timeout ${TEST_S:-90} python3 -m pytest tests/python/test_attention_cuda.py tests/python/test_cuda_graphs.py \
+timeout ${TEST_S:-90} python3 -m pytest tests/python/test_attention_cuda.py tests/python/test_attention_cuda_hub.py tests/python/test_cuda_graphs.py \
   tests/python/test_reduce.py -v -k cuda -p no:cacheprovider > "$OUT/pytest.log" 2>&1  # -v: names survive a timeout
 bench() {  # name, seconds, args...
   local name=$1 limit=$2; shift 2

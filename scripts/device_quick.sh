@@ -13,7 +13,7 @@ device_env
 # A test run cut by its time box prints no summary: the progress line (dots, F, E) is the verdict
 # then, so the log's tail is printed either way.
 timeout "${QUICK_TEST_S:-90}" python3 -m pytest tests/python/test_head_scores.py \
-  tests/python/test_attention_cuda.py tests/python/test_layers.py -m cuda -k "${TEST_K:-hubs}" \
+  tests/python/test_attention_cuda.py tests/python/test_attention_cuda_hub.py tests/python/test_layers.py -m cuda -k "${TEST_K:-hubs}" \
   -q -rfE -p no:cacheprovider > "$OUT/pytest.log" 2>&1 || echo "tests: rc $?"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | cut -c1-200 | head -20
 tail -c 400 "$OUT/pytest.log"; echo

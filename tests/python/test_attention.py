@@ -1,7 +1,7 @@
 """The attention layers gnnio.nn.GATConv / GATv2Conv / TransformerConv against PyG 2.8 on the
 same weights: every option, real and adversarial graphs, bipartite inputs, return_attention_weights,
 dropout with the kernel's mask, refused arguments. The op itself: test_attention_op.py; CUDA:
-test_attention_cuda.py."""
+test_attention_cuda.py and test_attention_cuda_hub.py (the layers on CUDA)."""
 import copy
 import math
 
