@@ -207,8 +207,8 @@ ATTENTION_MIN_HEAVY = ATTENTION_CHUNK + 32
 # 171 slots, the only ones above 160) ran 1.11-1.28x and 1.00-1.17x faster unsplit at 804bade
 # (every pass, float32 and bfloat16; pubmed's float32 forward a tie), cora's fwd+bwd 1.06-1.12x
 # in the two studies before; only da5855b's, on kernels since changed, had pubmed 1.02-1.21x
-# faster split. wiki-Vote (457 slots,
-# 1.3-2.3x faster split) and every larger hub keep their split (bench/NOTES.md, planner study).
+# faster split. wiki-Vote (457 slots, 1.3-2.3x faster split) and every larger hub keep their
+# split (bench/NOTES.md, "Planner study").
 ATTENTION_MIN_LONGEST = 2 * ATTENTION_CHUNK
 # A heavy row's items are merged by one block per (row, head) of 16 lane groups, each walking
 # its share of the items in batches of 4 loads; the 2M-slot hub of powerlaw-1M-16M in 128-slot
