@@ -51,14 +51,21 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
                     text("graph_attention: value must be contiguous [num_src, heads, channels], got ",
                          sizes_text(v.sizes())));
   TORCH_CHECK_VALUE(in.dropout >= 0.0 && in.dropout < 1.0, "graph_attention: dropout must be in [0, 1)");
-  const int64_t ns = v.size(0), H = v.size(1), C = v.size(2), nd = in.num_dst, nnz = in.col.numel();
   const auto kind = static_cast<ScoreKind>(in.kind);
+  // Kind dot with value [num_src, 1, C] and a query of more heads: every head reads the one key
+  // and value row of a source (params.h's shared_kv); the heads are the query's.
+  const OptTensor& q = in.operands[kQuery];
+  const bool shared_kv = kind == ScoreKind::kDot && v.size(1) == 1 && q.has_value() &&
+                         q->dim() == 3 && q->size(1) > 1;
+  const int64_t ns = v.size(0), H = shared_kv ? q->size(1) : v.size(1), C = v.size(2),
+                nd = in.num_dst, nnz = in.col.numel();
+  const int64_t kv_heads = shared_kv ? 1 : H;
   // att: GATv2's [H, C]; for GAT, (a_src, a_dst) [2, H, C] in place of the scores (params.h's
   // score_att: the scores are formed from value's rows).
   const bool gat = kind == ScoreKind::kGat;
   const std::vector<int64_t> att_shape = gat ? std::vector<int64_t>{2, H, C} : std::vector<int64_t>{H, C};
   const std::vector<int64_t> shapes[8] = {{ns, H}, {nd, H}, {nnz, H}, {nd, H, C},
-                                          {ns, H, C}, {nnz, H, C}, att_shape, {nnz, H, C}};
+                                          {ns, kv_heads, C}, {nnz, H, C}, att_shape, {nnz, H, C}};
   for (int i = 0; i < 8; ++i) {
     const OptTensor& t = in.operands[i];
     if (!t.has_value()) continue;
@@ -96,6 +103,10 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
   p.nnz = nnz;
   p.heads = H;
   p.channels = C;
+  p.shared_kv = shared_kv;
+  TORCH_CHECK_VALUE(!shared_kv || v.is_cpu(),
+                    "graph_attention: shared key and value rows run on the CPU (gnnio.ops expands "
+                    "them per head on CUDA)");
   p.src_score = ptr_or_null(op[kSrcScore]);
   p.dst_score = ptr_or_null(op[kDstScore]);
   p.edge_score = ptr_or_null(op[kEdgeScore]);
@@ -160,7 +171,7 @@ inline AttentionInputs with_gat_scores(AttentionInputs in, const at::Tensor& sco
 // on value's device.
 inline void set_output_bias(AttentionParams& p, const at::Tensor& value, const OptTensor& bias) {
   if (!bias.has_value()) return;
-  const int64_t HC = value.size(1) * value.size(2);
+  const int64_t HC = p.heads * p.channels;
   TORCH_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == HC,
                     text("graph_attention: bias must be [heads * channels] = [", HC, "], got ",
                          sizes_text(bias->sizes())));

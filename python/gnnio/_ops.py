@@ -86,6 +86,8 @@ def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_s
                           backward_in_place=False):
     acc = torch.float64 if value.dtype == torch.float64 else torch.float32
     heads, channels = value.size(1), value.size(2)
+    if kind == 2 and heads == 1 and query is not None and query.size(1) > 1:
+        heads = query.size(1)  # shared key and value rows (attention_common.h)
     # attention_common.h's out_acc_available: bf16/fp16, or float32 on CUDA (out before the bias)
     keep_acc = save_out_acc and (value.dtype in (torch.float16, torch.bfloat16)
                                  or (value.dtype == torch.float32 and value.device.type == "cuda"))

@@ -188,6 +188,10 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
       K^{edge}_{k,h,c})` (``key [num_src, H, C]``, ``query [num_dst, H, C]``, ``att [H, C]``,
       ``edge_key [E, H, C]`` optional);
     - ``kind='dot'``: :math:`e = \mathrm{scale}\sum_c Q_{i,h,c}(K_{j,h,c} + K^{edge}_{k,h,c})`;
+      with ``key`` and ``value`` of shape ``[num_src, 1, C]`` and a query of more heads, every
+      head reads the one key and value row of a source (multi-query attention; their gradients
+      sum the heads'): TransformerConv's reassociated form. The CPU kernel reads the shared rows;
+      on CUDA they are expanded per head for the per-head kernels;
 
     then :math:`\alpha = \mathrm{softmax}_j(e)` (PyG's softmax), dropout on :math:`\alpha` with
     probability ``dropout`` (a counter-based mask of (seed, edge, head): the backward pass uses the
@@ -226,6 +230,11 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     ns, nd, e = graph.num_src, graph.num_dst, graph.num_edges
     heads, channels = value.size(1), value.size(2)
+    # key and value rows shared by the query's heads (kind dot): the heads are the query's.
+    shared_kv = (kind == "dot" and heads == 1 and isinstance(query, torch.Tensor)
+                 and query.dim() == 3 and query.size(1) > 1)
+    if shared_kv:
+        heads = query.size(1)
     if kind == "gat":
         if (src_score is None) == (att is None):
             raise ValueError("kind='gat' needs src_score [num_src, heads] (and optionally "
@@ -256,7 +265,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     src_score = _node_term(src_score, "src_score", (ns, heads))
     dst_score = _node_term(dst_score, "dst_score", (nd, heads))
     query = _node_term(query, "query", (nd, heads, channels))
-    key = _node_term(key, "key", (ns, heads, channels))
+    key = _node_term(key, "key", (ns, 1 if shared_kv else heads, channels))
     if att is not None and kind == "gat":
         att = _node_term(att, "att", (2, heads, channels))
     elif att is not None:
@@ -282,6 +291,12 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
         bias = bias.reshape(-1).contiguous()
     if dropout > 0 and seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item())
+    if shared_kv and value.is_cuda:
+        # The CUDA kernels read a row per (source, head): the shared rows are copied per head
+        # (differentiable: expand's backward sums the heads' gradients).
+        key_is_value = key is value or (key.data_ptr() == value.data_ptr() and key.shape == value.shape)
+        value = value.expand(ns, heads, channels).contiguous()
+        key = value if key_is_value else key.expand(ns, heads, channels).contiguous()
     operands = (value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands)
     fwd = graph.csr_by_dst

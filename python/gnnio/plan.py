@@ -6,7 +6,7 @@ Each plan says what it chose and why (``reason``), so a user can see it and over
 them into one ``Plan`` for a layer, with the reason as text."""
 import math
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
@@ -464,3 +464,39 @@ def _nearest_measurement(ept: float, dtype: torch.dtype) -> str:
     label = _DTYPE_NAMES[key] + (", float16 not measured" if dtype == torch.float16 else "")
     return (f"nearest H200 measurement: {point[1]} ({point[0]:g} edges/tile, {point[2]:,} rows, "
             f"{label}) WSB {fwd:.2f}x forward, {both:.2f}x forward+backward vs CSR")
+
+
+# TransformerConv's two forms (gnnio.nn.TransformerConv). 'direct' is PyG's: keys and values
+# projected per source (N x H x C each), one key and one value row gathered per edge and head.
+# 'reassociated' moves W_k and W_v around the aggregation: q~ = W_k,h^T q_i per destination,
+# scores q~ . x_j against the input rows themselves (shared by the heads), out = W_v,h sum_j
+# a x_j + b_v. The same sums in another order (PyG's float32 error within 0.7-1.7x, bench/NOTES.md
+# v18); one x_j row gathered per edge instead of 2 H rows of C, at H x F instead of C channels
+# per head of score and aggregation work. It needs the softmax weights to sum to one per
+# non-empty row (no dropout) and no edge term (W_e e_ij would be gathered per edge and head).
+TRANSFORMER_FORMS = ("direct", "reassociated")
+
+
+def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, weights: bool,
+                     form: Optional[str] = None) -> Tuple[str, str]:
+    """(form, reason) for a TransformerConv call. ``form`` (or GNNIO_TRANSFORMER_FORM when it is
+    None) is 'direct', 'reassociated' or 'auto'; 'reassociated' falls back to 'direct' (with the
+    reason) where it does not apply: an edge term, dropout, or returned attention weights.
+    'auto' picks 'direct' on every device for now: on the CPU it was measured slower (bench/NOTES.md,
+    "TransformerConv's reassociated form"), and on CUDA the shared rows are expanded per head
+    for the per-head kernels until a kernel reads them once."""
+    compiling = torch.compiler.is_compiling()
+    source = "argument"
+    if form is None:
+        form, source = _env("GNNIO_TRANSFORMER_FORM", compiling) or "auto", "GNNIO_TRANSFORMER_FORM"
+    if form not in TRANSFORMER_FORMS + ("auto",):
+        raise ValueError(f"{source} must be 'direct', 'reassociated' or 'auto', got {form!r}")
+    if form == "auto":
+        return "direct", f"direct: the default on {device.type}"
+    if form == "direct":
+        return "direct", f"direct: forced ({source})"
+    blockers = [name for name, on in (("an edge term", edge_term), ("dropout", dropout),
+                                      ("attention weights returned", weights)) if on]
+    if blockers:
+        return "direct", f"direct: reassociated asked ({source}) but not with {', '.join(blockers)}"
+    return "reassociated", f"reassociated: forced ({source})"

@@ -84,11 +84,16 @@ struct Operands {
   double slope, scale;
   double dropout, keep_scale;  // keep_scale = 1 / (1 - dropout)
   uint64_t seed;
+  bool shared_kv;        // key and value rows [num_src, 1, C] (params.h)
   std::vector<T> zeros;  // [C]: the row of an absent operand, read as 0 without a test per channel
 
   // Row (r, h) of a [rows, H, C] operand, or nullptr for an absent one.
   const T* vec(const T* base, int64_t r, int64_t h) const {
     return base ? base + (r * H + h) * C : nullptr;
+  }
+  // Source j's key or value row for head h: its own row, or (shared_kv) the one every head reads.
+  const T* kv(const T* base, int64_t j, int64_t h) const {
+    return shared_kv ? base + j * C : vec(base, j, h);
   }
   // The same, with zeros for an absent one.
   const T* row(const T* base, int64_t r, int64_t h) const {
@@ -116,7 +121,7 @@ struct Operands {
       return leaky(gat_z(i, j, k, h), slope);
     } else {
       const T* q = vec(query, i, h);
-      const T* kj = vec(key, j, h);
+      const T* kj = kv(key, j, h);
       const T* ek = row(edge_key, k, h);
       if constexpr (K == ScoreKind::kGatV2) {
         const T* a = att + h * C;
@@ -146,7 +151,7 @@ Operands<T> operands(const AttentionParams& p) {
           cast(p.edge_score), cast(p.query),     cast(p.key),       cast(p.edge_key),
           cast(p.att),      cast(p.value),       cast(p.edge_value), p.negative_slope,
           p.scale,          p.dropout,           1.0 / (1.0 - p.dropout), p.seed,
-          std::vector<T>(std::max<int64_t>(p.channels, 0))};
+          p.shared_kv,      std::vector<T>(std::max<int64_t>(p.channels, 0))};
 }
 
 // Pointers are checked only where the kernel will read or write through them: the binding
@@ -180,6 +185,8 @@ void check_forward(const AttentionParams& p) {
     GNNIO_CHECK(!p.src_score && !p.dst_score && !p.edge_score, ErrorKind::kInvalidArgument,
                 "attention(", kind, ") takes query/key, not src/dst/edge scores");
   }
+  GNNIO_CHECK(!p.shared_kv || p.kind == ScoreKind::kDot, ErrorKind::kInvalidArgument,
+              "attention(", kind, "): shared key and value rows (shared_kv) are for kind dot");
 }
 
 template <ScoreKind K, typename T, typename index_t>
@@ -217,7 +224,7 @@ void forward(const AttentionParams& p) {
         const double r = in.keep(k, h);
         if (r == 0) continue;
         const double wr = w * r;
-        const T* vj = in.vec(in.value, j, h);
+        const T* vj = in.kv(in.value, j, h);
         const T* ev = in.row(in.edge_value, k, h);
         for (int64_t c = 0; c < C; ++c) acc[c] += wr * (double(vj[c]) + double(ev[c]));
       }
@@ -253,7 +260,7 @@ SlotGrad slot_grad(const Operands<T>& in, int64_t i, int64_t j, int64_t k, int64
   const double r = in.keep(k, h);
   double gv = 0;
   if (r != 0) {  // a dropped weight has no value term: de_k = -p_k D_i
-    const T* vj = in.vec(in.value, j, h);
+    const T* vj = in.kv(in.value, j, h);
     const T* ev = in.row(in.edge_value, k, h);
     gv = channel_sum(in.C,
                      [&](int64_t c) { return double(g_i[c]) * (double(vj[c]) + double(ev[c])); });
@@ -344,7 +351,7 @@ void backward(const AttentionBackwardParams& b) {
           dd += gk;
           if (d_edge_score) d_edge_score[k * H + h] = static_cast<T>(gk);
         } else {
-          const T* kj = in.vec(in.key, j, h);
+          const T* kj = in.kv(in.key, j, h);
           const T* ek = in.row(in.edge_key, k, h);
           T* gek = d_edge_key ? d_edge_key + (k * H + h) * C : nullptr;
           if constexpr (K == ScoreKind::kGatV2) {
@@ -386,11 +393,22 @@ void backward(const AttentionBackwardParams& b) {
 #pragma omp parallel for schedule(dynamic, 16) if (threads)
   for (int64_t j = 0; j < p.num_src; ++j) {
     std::vector<double> dk(C), dv(C);
+    // A row of key and value per head, or (shared_kv) one row that sums every head's share.
+    auto store = [&](int64_t row) {
+      if (d_key)
+        for (int64_t c = 0; c < C; ++c) d_key[row * C + c] = static_cast<T>(dk[c]);
+      if (b.key_grad_into_value)
+        for (int64_t c = 0; c < C; ++c) dv[c] += dk[c];
+      if (d_value)
+        for (int64_t c = 0; c < C; ++c) d_value[row * C + c] = static_cast<T>(dv[c]);
+    };
     for (int64_t h = 0; h < H; ++h) {
       const int64_t jh = j * H + h;
       double ds = 0;
-      std::fill(dk.begin(), dk.end(), 0.0);
-      std::fill(dv.begin(), dv.end(), 0.0);
+      if (h == 0 || !p.shared_kv) {
+        std::fill(dk.begin(), dk.end(), 0.0);
+        std::fill(dv.begin(), dv.end(), 0.0);
+      }
       for (int64_t t = rowptr_t[j]; t < rowptr_t[j + 1]; ++t) {
         const int64_t i = col_t[t], k = t2c[t];
         const int64_t ih = i * H + h;
@@ -404,7 +422,7 @@ void backward(const AttentionBackwardParams& b) {
         } else if (key_grad) {
           const T* q = in.vec(in.query, i, h);
           if constexpr (K == ScoreKind::kGatV2) {
-            const T* kj = in.vec(in.key, j, h);
+            const T* kj = in.kv(in.key, j, h);
             const T* ek = in.row(in.edge_key, k, h);
             const T* a = in.att + h * C;
             for (int64_t c = 0; c < C; ++c)
@@ -416,13 +434,9 @@ void backward(const AttentionBackwardParams& b) {
         }
       }
       if (d_src_score) d_src_score[jh] = static_cast<T>(ds);
-      if (d_key)
-        for (int64_t c = 0; c < C; ++c) d_key[jh * C + c] = static_cast<T>(dk[c]);
-      if (b.key_grad_into_value)
-        for (int64_t c = 0; c < C; ++c) dv[c] += dk[c];
-      if (d_value)
-        for (int64_t c = 0; c < C; ++c) d_value[jh * C + c] = static_cast<T>(dv[c]);
+      if (!p.shared_kv) store(jh);
     }
+    if (p.shared_kv && H > 0) store(j);
   }
 }
 

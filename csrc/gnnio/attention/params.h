@@ -64,6 +64,11 @@ struct AttentionParams {
   double scale = 1.0;
 
   const void* value = nullptr;       // [num_src, H, C] (may alias key)
+  // kDot only: key and value are [num_src, 1, C], one row per source that every head reads
+  // (multi-query attention), and so are their gradients (summed over the heads). Query, out
+  // and the per-edge terms keep their heads. TransformerConv's reassociated form (W_k and W_v
+  // moved around the aggregation) is this with key = value = x and query = W_k,h^T q_i.
+  bool shared_kv = false;
   const void* edge_value = nullptr;  // [nnz, H, C], optional
 
   double dropout = 0.0;  // probability of dropping an attention weight, in [0, 1)

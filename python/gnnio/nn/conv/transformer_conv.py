@@ -8,6 +8,7 @@ from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, linears
                               split_pair)
 from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _reset_linear, _returned_edge_index
 from gnnio.ops import attention_weights, graph_attention
+from gnnio.plan import plan_transformer
 
 
 class TransformerConv(torch.nn.Module):
@@ -36,6 +37,18 @@ class TransformerConv(torch.nn.Module):
         seed taken from torch's default generator), edge_dim (int, optional), bias (bool,
         default ``True``: of lin_key, lin_query, lin_value and lin_skip), root_weight (bool,
         default ``True``): as PyG's. No self loops are added.
+
+    The attention runs in one of two forms (``gnnio.plan.plan_transformer``; the
+    ``GNNIO_TRANSFORMER_FORM`` environment variable forces one): PyG's (``direct``), or with
+    :math:`\mathbf{W}_4` and :math:`\mathbf{W}_2` moved around the aggregation
+    (``reassociated``): :math:`\alpha_{i,j} = \mathrm{softmax}_j(\tilde{\mathbf{q}}_i^{\top}
+    \mathbf{x}_j / \sqrt{d})` with :math:`\tilde{\mathbf{q}}_i = \mathbf{W}_4^{\top}
+    \mathbf{W}_3 \mathbf{x}_i` per head (the key bias shifts every score of a row equally, so
+    the softmax drops it: its gradient is exactly zero), and :math:`\mathbf{m}_i = \mathbf{W}_2
+    \sum_j \alpha_{i,j} \mathbf{x}_j + \mathbf{b}_2` (no bias on a row without neighbours,
+    as PyG's empty sum): one input row gathered per edge for all heads, in place of a key and a
+    value row per edge and head. The same sums in another order; without dropout, edge_dim or
+    returned weights.
 
     Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_attr ``[E, edge_dim]``;
     output ``[N_dst, heads * out_channels]`` (concat) or ``[N_dst, out_channels]``. When
@@ -92,26 +105,38 @@ class TransformerConv(torch.nn.Module):
         if x_src.dim() != 2 or x_dst.dim() != 2:
             raise ValueError("gnnio.nn.TransformerConv: node features must be 2-D "
                              "[num_nodes, features]")
+        want_weights = isinstance(return_attention_weights, bool)
+        dropout = self.dropout if self.training else 0.0
+        form, _ = plan_transformer(x_src.device, edge_term=self.lin_edge is not None,
+                                   dropout=dropout > 0, weights=want_weights)
+        reassociated = form == "reassociated"
         # The skip first: autograd runs a later node's backward first, so lin_skip's backward
         # (an [N_dst, F] gradient of x_dst, held until every use of x_dst is done) runs after the
         # attention's instead of being alive across it; and without beta the output is written
         # into the skip's own buffer (addmm's backward does not need its output). Same values.
-        # One input (not bipartite): the four linears in one autograd node, with one d x buffer
+        # One input (not bipartite): the linears in one autograd node, with one d x buffer
         # in the backward (linears_of_one_input); its backward runs after the attention's, so
-        # the skip's gradient is not alive across it either.
+        # the skip's gradient is not alive across it either. The reassociated form projects
+        # no keys or values.
         # (The skip listed first, for the fallback to the modules' own calls.)
+        kv = () if reassociated else (self.lin_key, self.lin_value)
         if x_dst is x_src:
-            lins = ((self.lin_skip,) if self.root_weight else ()) + \
-                (self.lin_query, self.lin_key, self.lin_value)
-            *skip, query, key, value = linears_of_one_input(x_src, *lins)
-            x_r = skip[0] if skip else None
-            query, key, value = (t.view(-1, H, C) for t in (query, key, value))
+            lins = ((self.lin_skip,) if self.root_weight else ()) + (self.lin_query,) + kv
+            projected = linears_of_one_input(x_src, *lins)
+            x_r = projected[0] if self.root_weight else None
+            query, *key_value = projected[1 if self.root_weight else 0:]
         else:
             x_r = self.lin_skip(x_dst) if self.root_weight else None
-            query = self.lin_query(x_dst).view(-1, H, C)
-            key = self.lin_key(x_src).view(-1, H, C)
-            value = self.lin_value(x_src).view(-1, H, C)
+            query = self.lin_query(x_dst)
+            key_value = [lin(x_src) for lin in kv]
+        query = query.view(-1, H, C)
         graph = self._graphs.get(edge_index, x_src.size(0), x_dst.size(0))
+        if reassociated:
+            if edge_attr is not None:
+                raise ValueError("gnnio.nn.TransformerConv: edge_attr was given but the layer has "
+                                 "no edge_dim")
+            return self._finish(self._reassociated(graph, x_src, query), x_r)
+        key, value = (t.view(-1, H, C) for t in key_value)
         edge = None
         if self.lin_edge is not None:
             if edge_attr is None:
@@ -123,8 +148,6 @@ class TransformerConv(torch.nn.Module):
         elif edge_attr is not None:
             raise ValueError("gnnio.nn.TransformerConv: edge_attr was given but the layer has "
                              "no edge_dim")
-        want_weights = isinstance(return_attention_weights, bool)
-        dropout = self.dropout if self.training else 0.0
         kwargs = dict(query=query, key=key, edge_key=edge, edge_value=edge,
                       scale=1.0 / math.sqrt(C))
         # key and value are this call's own projections, read by nothing after the attention
@@ -139,6 +162,38 @@ class TransformerConv(torch.nn.Module):
             # PyG returns the weights from before dropout; the op returns them after it.
             alpha = attention_weights(graph, "dot", query=query, key=key, edge_key=edge,
                                       scale=kwargs["scale"])
+        out = self._finish(out, x_r)
+        if want_weights:
+            return out, (_returned_edge_index(edge_index, graph, False), alpha)
+        return out
+
+    def _reassociated(self, graph, x_src: Tensor, query: Tensor) -> Tensor:
+        """The attention output [N_dst, H, C] with W_k and W_v around the aggregation (see the
+        class docstring): q~ = W_k,h^T q_i [N_dst, H, F]; x~ = sum_j alpha_ij x_j, the op with
+        x as the key and value row every head shares; then W_v,h x~ + b_v."""
+        H, C = self.heads, self.out_channels
+        w_key = self.lin_key.weight.view(H, C, -1)
+        w_value = self.lin_value.weight.view(H, C, -1)
+        query_t = torch.einsum("nhc,hcf->nhf", query, w_key)
+        rows = x_src.unsqueeze(1)
+        mixed = graph_attention(graph, "dot", rows, query=query_t, key=rows, scale=1.0 / math.sqrt(C))
+        out = torch.einsum("nhf,hcf->nhc", mixed, w_value)
+        bias = self.lin_value.bias
+        if self.lin_key.bias is not None:
+            # The key bias adds q_i . b_k,h to every score of row i: the softmax drops it and its
+            # gradient is exactly zero. Kept in the graph as that zero, so that the parameter
+            # has a gradient as in the direct form (DistributedDataParallel expects one).
+            key_bias_zero = self.lin_key.bias.sum() * 0
+            bias = key_bias_zero.expand(H * C) if bias is None else bias + key_bias_zero
+        if bias is not None:
+            # A row without neighbours is PyG's empty sum, 0: no value bias there.
+            has_rows = (graph.in_degree() > 0).to(out.dtype).view(-1, 1, 1)
+            out = torch.addcmul(out, has_rows, bias.view(1, H, C))
+        return out
+
+    def _finish(self, out: Tensor, x_r: Optional[Tensor]) -> Tensor:
+        """The heads concatenated or averaged, then the skip (with beta's gate)."""
+        H, C = self.heads, self.out_channels
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if x_r is not None:
             if self.lin_beta is not None:
@@ -148,8 +203,6 @@ class TransformerConv(torch.nn.Module):
                 out = x_r.add_(out)  # = out + x_r (addition commutes bitwise)
             else:
                 out = out + x_r
-        if want_weights:
-            return out, (_returned_edge_index(edge_index, graph, False), alpha)
         return out
 
     def __repr__(self) -> str:
