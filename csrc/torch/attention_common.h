@@ -43,6 +43,28 @@ inline at::ScalarType accumulator_dtype(const at::Tensor& value) {
 
 inline const void* ptr_or_null(const OptTensor& t) { return t.has_value() ? t->data_ptr() : nullptr; }
 
+// Kind dot with value [num_src, 1, C] and a query of more heads: every head reads the one key
+// and value row of a source (params.h's shared_kv); the heads are the query's.
+inline bool shared_rows(const AttentionInputs& in) {
+  const OptTensor& q = in.operands[kQuery];
+  return in.kind == static_cast<int64_t>(ScoreKind::kDot) && in.value.dim() == 3 &&
+         in.value.size(1) == 1 && q.has_value() && q->dim() == 3 && q->size(1) > 1;
+}
+
+// in with its shared key and value rows copied per head ([num_src, heads, C], contiguous; one
+// copy when key is value): for the per-head kernels. Differentiating through the copies is the
+// caller's: the gradients of the copies summed over heads are the shared rows'.
+inline AttentionInputs with_rows_per_head(AttentionInputs in) {
+  const int64_t heads = in.operands[kQuery]->size(1);
+  auto copy = [heads](const at::Tensor& t) { return t.expand({t.size(0), heads, t.size(2)}).contiguous(); };
+  const at::Tensor& key = *in.operands[kKey];
+  const bool key_is_value = key.data_ptr() == in.value.data_ptr() && key.sizes() == in.value.sizes() &&
+                            key.strides() == in.value.strides();
+  in.value = copy(in.value);
+  in.operands[kKey] = key_is_value ? in.value : copy(key);
+  return in;
+}
+
 inline AttentionParams attention_params(const AttentionInputs& in) {
   check_csr(in.rowptr, in.col, in.num_dst, "graph_attention");
   TORCH_CHECK_VALUE(in.kind >= 0 && in.kind <= 2, text("graph_attention: kind must be 0, 1 or 2, got ", in.kind));
@@ -52,12 +74,8 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
                          sizes_text(v.sizes())));
   TORCH_CHECK_VALUE(in.dropout >= 0.0 && in.dropout < 1.0, "graph_attention: dropout must be in [0, 1)");
   const auto kind = static_cast<ScoreKind>(in.kind);
-  // Kind dot with value [num_src, 1, C] and a query of more heads: every head reads the one key
-  // and value row of a source (params.h's shared_kv); the heads are the query's.
-  const OptTensor& q = in.operands[kQuery];
-  const bool shared_kv = kind == ScoreKind::kDot && v.size(1) == 1 && q.has_value() &&
-                         q->dim() == 3 && q->size(1) > 1;
-  const int64_t ns = v.size(0), H = shared_kv ? q->size(1) : v.size(1), C = v.size(2),
+  const bool shared_kv = shared_rows(in);
+  const int64_t ns = v.size(0), H = shared_kv ? in.operands[kQuery]->size(1) : v.size(1), C = v.size(2),
                 nd = in.num_dst, nnz = in.col.numel();
   const int64_t kv_heads = shared_kv ? 1 : H;
   // att: GATv2's [H, C]; for GAT, (a_src, a_dst) [2, H, C] in place of the scores (params.h's
@@ -104,9 +122,6 @@ inline AttentionParams attention_params(const AttentionInputs& in) {
   p.heads = H;
   p.channels = C;
   p.shared_kv = shared_kv;
-  TORCH_CHECK_VALUE(!shared_kv || v.is_cpu(),
-                    "graph_attention: shared key and value rows run on the CPU (gnnio.ops expands "
-                    "them per head on CUDA)");
   p.src_score = ptr_or_null(op[kSrcScore]);
   p.dst_score = ptr_or_null(op[kDstScore]);
   p.edge_score = ptr_or_null(op[kEdgeScore]);

@@ -190,8 +190,10 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     - ``kind='dot'``: :math:`e = \mathrm{scale}\sum_c Q_{i,h,c}(K_{j,h,c} + K^{edge}_{k,h,c})`;
       with ``key`` and ``value`` of shape ``[num_src, 1, C]`` and a query of more heads, every
       head reads the one key and value row of a source (multi-query attention; their gradients
-      sum the heads'): TransformerConv's reassociated form. The CPU kernel reads the shared rows;
-      on CUDA they are expanded per head for the per-head kernels;
+      sum the heads'): TransformerConv's reassociated form. The kernels read each shared row
+      once per edge for all heads (on CUDA: up to 8 heads of up to 128 channels, or 4 of up to
+      256, without edge terms or returned weights; otherwise, and for the CUDA backward, the
+      rows are copied per head for the per-head kernels, whose sums they are);
 
     then :math:`\alpha = \mathrm{softmax}_j(e)` (PyG's softmax), dropout on :math:`\alpha` with
     probability ``dropout`` (a counter-based mask of (seed, edge, head): the backward pass uses the
@@ -291,12 +293,6 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
         bias = bias.reshape(-1).contiguous()
     if dropout > 0 and seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item())
-    if shared_kv and value.is_cuda:
-        # The CUDA kernels read a row per (source, head): the shared rows are copied per head
-        # (differentiable: expand's backward sums the heads' gradients).
-        key_is_value = key is value or (key.data_ptr() == value.data_ptr() and key.shape == value.shape)
-        value = value.expand(ns, heads, channels).contiguous()
-        key = value if key_is_value else key.expand(ns, heads, channels).contiguous()
     operands = (value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands)
     fwd = graph.csr_by_dst
@@ -311,7 +307,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     # the dropout mask.
     kernel_weights = bool(return_weights) and (not needs_grad or dropout > 0)
     in_place = (bool(backward_in_place) and kind == "dot" and needs_grad and not return_weights
-                and value.is_cuda and not torch.compiler.is_compiling())
+                and value.is_cuda and not shared_kv and not torch.compiler.is_compiling())
     out, stats, weights, _ = _ops.graph_attention(
         fwd.rowptr, fwd.col, _KINDS[kind], value.contiguous(), src_score, dst_score, edge_score,
         query, key, edge_key, att, edge_value, nd, float(negative_slope), float(scale),

@@ -478,10 +478,13 @@ TRANSFORMER_FORMS = ("direct", "reassociated")
 
 
 def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, weights: bool,
+                     plain: bool = True, autocast: bool = False,
                      form: Optional[str] = None) -> Tuple[str, str]:
     """(form, reason) for a TransformerConv call. ``form`` (or GNNIO_TRANSFORMER_FORM when it is
     None) is 'direct', 'reassociated' or 'auto'; 'reassociated' falls back to 'direct' (with the
-    reason) where it does not apply: an edge term, dropout, or returned attention weights.
+    reason) where it does not apply: an edge term, dropout, returned attention weights, lin_key
+    or lin_value not plain Linears (a hook or a subclass would not see the weights used
+    directly), or autocast (its casts are the linears').
     'auto' picks 'direct' on every device for now: on the CPU it was measured slower (bench/NOTES.md,
     "TransformerConv's reassociated form"), and on CUDA the shared rows are expanded per head
     for the per-head kernels until a kernel reads them once."""
@@ -496,7 +499,9 @@ def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, we
     if form == "direct":
         return "direct", f"direct: forced ({source})"
     blockers = [name for name, on in (("an edge term", edge_term), ("dropout", dropout),
-                                      ("attention weights returned", weights)) if on]
+                                      ("attention weights returned", weights),
+                                      ("lin_key / lin_value not plain Linears", not plain),
+                                      ("autocast", autocast)) if on]
     if blockers:
         return "direct", f"direct: reassociated asked ({source}) but not with {', '.join(blockers)}"
     return "reassociated", f"reassociated: forced ({source})"

@@ -235,6 +235,145 @@ __global__ void __launch_bounds__(kMergeThreads, CPL >= 8 ? 5 : 8) merge_kernel(
   }
 }
 
+// Shared key and value rows (params.h's shared_kv: kind dot, no edge terms, no weights): one
+// warp per task (a light row, or a heavy row's work item) walks the row once for all heads.
+// Lane `sub` holds channels sub * CPL .. of the source's one row (loaded once per slot, for every
+// head), and of each head's query and accumulator; each head's score is its own butterfly over
+// the warp. The per-head kernel on the rows copied per head gathers each row H times (the
+// layout is head-major, so the copies are H separate loads); this one gathers it once: 1/H of
+// the row bytes. The sums are that kernel's, in its order (its lane channels, its butterfly
+// with zeros from the lanes past C, its steps of U slots from the row's start, the same work
+// items and merge), so out and stats are its bits and its backward (on copied rows) is exact.
+// HM: heads held, H <= HM <= kSharedRowsMaxHeads, HM * CPL <= 32 (a query and an accumulator
+// per head: 2 HM CPL registers).
+constexpr int kSharedRowsMaxHeads = 8;
+
+template <typename scalar_t, typename index_t, int CPL, int HM>
+__global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(AttentionParams p, Partial part) {
+  const Group<32> g;
+  const int64_t task = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  if (task >= p.num_dst + p.split.num_items) return;
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  const auto* col = static_cast<const index_t*>(p.col);
+  int64_t i, begin, end;
+  const bool item = task < p.split.num_items;  // work items first, as forward_kernel
+  if (!item) {
+    i = task - p.split.num_items;
+    begin = rowptr[i];
+    end = rowptr[i + 1];
+    if (end - begin > p.split.light_max_degree) return;
+  } else {
+    const int64_t* it = p.split.heavy_items + task * 3;
+    i = p.split.heavy_rows[it[0]];
+    begin = it[1];
+    end = it[2];
+  }
+  const int64_t H = p.heads, C = p.channels, c0 = int64_t(g.sub) * CPL;
+  const auto* rows = static_cast<const scalar_t*>(p.value);
+  float q[HM][CPL], acc[HM][CPL], m[HM], s[HM];
+#pragma unroll
+  for (int h = 0; h < HM; ++h) {
+    if (h < H) {
+      load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.query) + (i * H + h) * C, c0, C,
+                                   p.vector_io, q[h]);
+    } else {
+#pragma unroll
+      for (int t = 0; t < CPL; ++t) q[h][t] = 0.0f;
+    }
+    m[h] = -INFINITY;
+    s[h] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) acc[h][t] = 0.0f;
+  }
+  const float scale = static_cast<float>(p.scale);
+  constexpr int U = kSlotsInFlight<ScoreKind::kDot, CPL>;
+  using Batch = SlotBatch<index_t, 32, U>;
+  for (int64_t base = begin; base < end; base += Batch::kSize) {
+    Batch batch;
+    batch.load(col, base, begin, end, g.sub);
+    const int count = end - base < Batch::kSize ? static_cast<int>(end - base) : Batch::kSize;
+#pragma unroll 1
+    for (int u0 = 0; u0 < count; u0 += U) {
+      const int n = count - u0 < U ? count - u0 : U;
+      Raw<scalar_t, CPL> raw[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) load_raw<scalar_t, CPL>(rows + batch.get(g, u0, u) * C, c0, C, p.vector_io, raw[u]);
+      float x[U][CPL];
+#pragma unroll
+      for (int u = 0; u < U; ++u) to_floats(raw[u], x[u]);
+#pragma unroll
+      for (int h = 0; h < HM; ++h) {
+        if (h >= H) continue;
+        float e[U];
+        float m_new = m[h];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          float part = 0.0f;
+#pragma unroll
+          for (int t = 0; t < CPL; ++t) part += q[h][t] * x[u][t];
+          e[u] = g.sum(part) * scale;
+          if (u < n) m_new = fmaxf(m_new, e[u]);
+        }
+        const float r = expf(m[h] - m_new);
+        m[h] = m_new;
+        s[h] *= r;
+#pragma unroll
+        for (int t = 0; t < CPL; ++t) acc[h][t] *= r;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (u >= n) continue;
+          const float w = expf(e[u] - m_new);
+          s[h] += w;
+          const float wr = w * dropout_factor(p, base + u0 + u, h);
+#pragma unroll
+          for (int t = 0; t < CPL; ++t) acc[h][t] += wr * x[u][t];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < HM; ++h) {
+    if (h >= H) continue;
+    if (item) {
+      const int64_t slot = task * H + h;
+      if (g.sub == 0) part.m[slot] = m[h], part.s[slot] = s[h];
+#pragma unroll
+      for (int t = 0; t < CPL; ++t)
+        if (c0 + t < C) part.acc[slot * C + c0 + t] = acc[h][t];
+      continue;
+    }
+    const float denom = s[h] + kSoftmaxEps;
+#pragma unroll
+    for (int t = 0; t < CPL; ++t) acc[h][t] /= denom;
+    if (p.out_acc)
+      store_channels<float, CPL>(static_cast<float*>(p.out_acc) + (i * H + h) * C, c0, C, p.vector_io, acc[h]);
+    add_output_bias<scalar_t, CPL>(p, h, g.sub, acc[h]);
+    store_channels<scalar_t, CPL>(static_cast<scalar_t*>(p.out) + (i * H + h) * C, c0, C, p.vector_io, acc[h]);
+    if (g.sub == 0) {
+      auto* st = static_cast<float*>(p.stats) + (i * H + h) * 2;
+      st[0] = begin == end ? 0.0f : m[h];
+      st[1] = denom;
+    }
+  }
+}
+
+// shared_rows_forward_kernel's CPL for C channels: forward_kernel's (dispatch_layout) at L = 32.
+inline int shared_rows_cpl(int64_t channels) { return channels <= 128 ? 4 : 8; }
+
+// Calls fn(CPL, HM) for the smallest held-heads bound of p's layout (the instantiations:
+// CPL 4 with 2, 4 or 8 heads, CPL 8 with 2 or 4).
+template <typename Fn>
+void dispatch_shared_rows(const AttentionParams& p, Fn&& fn) {
+  using std::integral_constant;
+  if (shared_rows_cpl(p.channels) == 4) {
+    if (p.heads <= 2) return fn(integral_constant<int, 4>{}, integral_constant<int, 2>{});
+    if (p.heads <= 4) return fn(integral_constant<int, 4>{}, integral_constant<int, 4>{});
+    return fn(integral_constant<int, 4>{}, integral_constant<int, 8>{});
+  }
+  if (p.heads <= 2) return fn(integral_constant<int, 8>{}, integral_constant<int, 2>{});
+  return fn(integral_constant<int, 8>{}, integral_constant<int, 4>{});
+}
+
 // weights[k, h] held the raw score e; now p~ = exp(e - m_i) / s_i times the dropout factor.
 // One thread per (slot, head); the slot's row is found by binary search in rowptr.
 template <typename index_t>
@@ -283,6 +422,12 @@ bool attention_forward_cuda_gat_scores_from_rows(const AttentionParams& p) {
          reinterpret_cast<uintptr_t>(p.score_att) % 16 == 0;
 }
 
+bool attention_forward_cuda_shared_rows(const AttentionParams& p) {
+  return p.shared_kv && p.kind == ScoreKind::kDot && !p.edge_key && !p.edge_value &&
+         p.scalar_type != ScalarType::kFloat64 && p.channels <= kMaxCudaChannels && p.heads >= 1 &&
+         p.heads <= kSharedRowsMaxHeads && p.heads * shared_rows_cpl(p.channels) <= 32;
+}
+
 size_t attention_forward_cuda_workspace_bytes(const AttentionParams& p) {
   const size_t table = item_offsets_bytes(p.split);
   return table > 0 ? item_offsets_at(p) + table : partial_bytes(p);
@@ -297,11 +442,46 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
   GNNIO_CHECK(!gat_scores_from_rows(p) || attention_forward_cuda_gat_scores_from_rows(p),
               ErrorKind::kInvalidArgument,
               "graph_attention: these operands need GAT's scores as tensors, not score_att");
+  GNNIO_CHECK(!p.shared_kv || (attention_forward_cuda_shared_rows(p) && !p.weights),
+              ErrorKind::kInvalidArgument,
+              "graph_attention: these shared key and value rows need copying per head (edge terms, "
+              "weights, or more heads than attention_forward_cuda_shared_rows holds)");
   if (p.num_dst == 0 || p.heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   const Partial part = partial_of(p, workspace);
   RowSplit split = p.split;
   fill_item_offsets(split, static_cast<char*>(workspace) + item_offsets_at(p), s);
+  if (p.shared_kv) {
+    dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+      using scalar_t = decltype(scalar);
+      using index_t = decltype(index);
+      if constexpr (!std::is_same_v<scalar_t, double>) {
+        dispatch_shared_rows(p, [&](auto cpl, auto hm) {
+          constexpr int CPL = decltype(cpl)::value, HM = decltype(hm)::value;
+          AttentionParams q = p;
+          q.split = split;
+          q.vector_io = rows_aligned(p, CPL, {});
+          set_dropout_test(q);
+          const int64_t warps = p.num_dst + p.split.num_items;
+          shared_rows_forward_kernel<scalar_t, index_t, CPL, HM>
+              <<<blocks_for(warps * 32, kRowThreads), kRowThreads, 0, s>>>(q, part);
+          GNNIO_CUDA_CHECK(cudaGetLastError());
+          if (p.split.num_heavy == 0) return;
+          // The items' partials are forward_kernel's layout; merged with the per-head path's lane
+          // groups (dispatch_layout's L), so in its order.
+          // (Its CPL is this kernel's: shared_rows_cpl is dispatch_layout's choice.)
+          dispatch_layout<scalar_t>(p.channels, [&](auto l, auto merge_cpl) {
+            constexpr int L = decltype(l)::value, MCPL = decltype(merge_cpl)::value;
+            const size_t smem = (kMergeThreads / L) * (2 + p.channels) * sizeof(float);
+            merge_kernel<scalar_t, L, MCPL>
+                <<<static_cast<unsigned>(p.split.num_heavy * p.heads), kMergeThreads, smem, s>>>(q, part);
+            GNNIO_CUDA_CHECK(cudaGetLastError());
+          });
+        });
+      }
+    });
+    return;
+  }
   dispatch_attention(p, [&](auto scalar, auto index, auto l, auto cpl) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);

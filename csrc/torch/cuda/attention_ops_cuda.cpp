@@ -23,6 +23,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_cuda_
                              dropout, seed, rowptr_t, col_t, t2c, heavy_rows, heavy_items,
                              light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
   AttentionParams p = attention_params(in);
+  // Shared key and value rows: read once per slot for all heads where the kernel takes them
+  // (attention_forward_cuda_shared_rows), else copied per head for the per-head kernel, whose
+  // sums they are anyway (the same bits). GNNIO_ATTENTION_SHARED_ROWS=0 always copies (a
+  // measurement knob).
+  if (p.shared_kv && (need_weights || !attention_forward_cuda_shared_rows(p) ||
+                      env_flag_off("GNNIO_ATTENTION_SHARED_ROWS"))) {
+    in = with_rows_per_head(std::move(in));
+    p = attention_params(in);
+  }
   // GAT with att: the kernel forms the scores from the value rows it gathers, where it can
   // (attention_forward_cuda_gat_scores_from_rows); otherwise head_scores first, the same bits.
   // GNNIO_GAT_SCORES_FROM_ROWS=0 always takes the second way (a measurement knob).
@@ -43,16 +52,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_cuda_
   return {out, stats, weights, out_acc};
 }
 
-std::vector<at::Tensor> graph_attention_backward_cuda_impl(
-    const at::Tensor& rowptr, const at::Tensor& col, int64_t kind, const at::Tensor& value,
-    const c10::List<OptTensor>& operands, int64_t num_dst, at::ArrayRef<double> coeffs, int64_t seed,
-    const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
-    const c10::List<OptTensor>& splits, at::IntArrayRef light_max, const at::Tensor& out,
-    const at::Tensor& stats, const at::Tensor& grad_out, at::IntArrayRef needs) {
-  const c10::cuda::CUDAGuard guard(value.device());
-  const auto in = attention_backward_inputs(rowptr, col, kind, value, operands, num_dst, coeffs, seed,
-                                            rowptr_t, col_t, t2c, splits, light_max);
-  const auto g_out = grad_out.contiguous();
+// The backward's gradients for in (attention_finish_grads' list).
+std::vector<at::Tensor> backward_cuda_grads(const AttentionInputs& in, const at::Tensor& out,
+                                            const at::Tensor& stats, const at::Tensor& g_out,
+                                            at::IntArrayRef needs) {
+  const at::Tensor& value = in.value;
+  const int64_t kind = in.kind;
   auto run = [&](AttentionBackwardParams b) {
     translate_errors([&] {
       b.gat_slot_grads = attention_backward_cuda_gat_slot_grads(b);  // one decision per call
@@ -84,6 +89,28 @@ std::vector<at::Tensor> graph_attention_backward_cuda_impl(
   grads[0] = gb.value;
   grads[1 + kSrcScore] = gb.operands[kSrcScore];
   grads[1 + kKey] = gb.operands[kKey];
+  return grads;
+}
+
+std::vector<at::Tensor> graph_attention_backward_cuda_impl(
+    const at::Tensor& rowptr, const at::Tensor& col, int64_t kind, const at::Tensor& value,
+    const c10::List<OptTensor>& operands, int64_t num_dst, at::ArrayRef<double> coeffs, int64_t seed,
+    const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
+    const c10::List<OptTensor>& splits, at::IntArrayRef light_max, const at::Tensor& out,
+    const at::Tensor& stats, const at::Tensor& grad_out, at::IntArrayRef needs) {
+  const c10::cuda::CUDAGuard guard(value.device());
+  const auto in = attention_backward_inputs(rowptr, col, kind, value, operands, num_dst, coeffs, seed,
+                                            rowptr_t, col_t, t2c, splits, light_max);
+  const auto g_out = grad_out.contiguous();
+  if (!shared_rows(in)) return backward_cuda_grads(in, out, stats, g_out, needs);
+  // Shared key and value rows: the per-head backward on the rows copied per head (the forward's
+  // sums, so its stats hold), the copies' gradients summed over heads. Never in place (needs 3):
+  // the copies are not the caller's memory.
+  std::vector<int64_t> per_head_needs(needs.begin(), needs.end());
+  for (auto& n : per_head_needs) n = n == 3 ? 1 : n;
+  auto grads = backward_cuda_grads(with_rows_per_head(in), out, stats, g_out, per_head_needs);
+  for (int i : {0, 1 + kKey})
+    if (grads[i].dim() == 3) grads[i] = grads[i].sum(1, /*keepdim=*/true);
   return grads;
 }
 

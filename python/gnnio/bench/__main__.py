@@ -425,18 +425,20 @@ def _bench_attention(kind):
         gather floor: what it must read (one value row per edge, plus a key row for 'dot', the
         per-edge index and score inputs) and write (out, stats)."""
         graph = gnnio.Graph(ei, num_nodes=n)
-        heads, channels = 4, max(1, x.size(1) // 4)
+        # 'shared': heads of the full feature width reading one row per source (x itself).
+        heads, channels = 4, x.size(1) if kind == "shared" else max(1, x.size(1) // 4)
         gen = torch.Generator(device=device).manual_seed(args.seed + 1)
         rand = lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=dtype)  # noqa: E731
         value, operands, rows_per_edge = attention_operands(kind, n, heads, channels, rand)
         inputs = [value] + [t for t in operands.values() if isinstance(t, torch.Tensor) and t is not value]
-        fn = lambda: gnnio.ops.graph_attention(graph, kind, value, **operands)  # noqa: E731
+        op_kind = "dot" if kind == "shared" else kind
+        fn = lambda: gnnio.ops.graph_attention(graph, op_kind, value, **operands)  # noqa: E731
         g = torch.randn(n, heads, channels, generator=gen, device=device, dtype=dtype)
         fwd, both, mem = bench_module(fn, g, inputs, device, args)
         s, idx = value.element_size(), graph.csr_by_dst.col.element_size()
         row = heads * channels * s
         extra = heads * s if kind == "gat" else 0
-        floor_bytes = graph.num_edges * (rows_per_edge * row + idx + extra) + n * (row + heads * 8)
+        floor_bytes = int(graph.num_edges * (rows_per_edge * row + idx + extra) + n * (row + heads * 8))
         if kind != "gat":
             floor_bytes += n * row  # the query of each destination
         rows.append(dict(graph=name, layer=f"graph_attention({kind})", impl="gnnio",
@@ -449,6 +451,7 @@ def _bench_attention(kind):
 
 OPS = {"segment_reduce(max)": _bench_segment_reduce, "graph_attention(gat)": _bench_attention("gat"),
        "graph_attention(gatv2)": _bench_attention("gatv2"), "graph_attention(dot)": _bench_attention("dot"),
+       "graph_attention(shared)": _bench_attention("shared"),
        training.LAYER: training.bench_train_step, "spmm(wsb)": bench_spmm_wsb}
 
 

@@ -54,7 +54,13 @@ def attention_operands(kind: str, n: int, heads: int, channels: int, rand):
     """The inputs of the benchmark's ``graph_attention(kind)`` rows on n nodes, drawn with
     ``rand(*shape)`` in a fixed order, each needing a gradient: (value, keyword operands, rows
     each edge gathers). GAT takes random per-node scores; GATv2's key is its value (one row per
-    edge); dot has its own key (two)."""
+    edge); dot has its own key (two); 'shared' is dot with one key and value row per source
+    that every head reads ([n, 1, channels]; TransformerConv's reassociated form: one row of
+    1/heads the bytes per edge)."""
+    if kind == "shared":
+        value = rand(n, 1, channels).requires_grad_()
+        return value, dict(key=value, query=rand(n, heads, channels).requires_grad_(),
+                           scale=channels ** -0.5), 1.0 / heads
     value = rand(n, heads, channels).requires_grad_()
     if kind == "gat":
         return value, dict(src_score=rand(n, heads).requires_grad_(),

@@ -8,7 +8,8 @@ from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, linears
                               split_pair)
 from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _reset_linear, _returned_edge_index
 from gnnio.ops import attention_weights, graph_attention
-from gnnio.plan import plan_transformer
+from gnnio.nn.conv._reassociated import ReassociatedAttention
+from gnnio.plan import plan_attention, plan_transformer
 
 
 class TransformerConv(torch.nn.Module):
@@ -107,8 +108,10 @@ class TransformerConv(torch.nn.Module):
                              "[num_nodes, features]")
         want_weights = isinstance(return_attention_weights, bool)
         dropout = self.dropout if self.training else 0.0
-        form, _ = plan_transformer(x_src.device, edge_term=self.lin_edge is not None,
-                                   dropout=dropout > 0, weights=want_weights)
+        form, _ = plan_transformer(
+            x_src.device, edge_term=self.lin_edge is not None, dropout=dropout > 0,
+            weights=want_weights, plain=_plain_linear(self.lin_key) and _plain_linear(self.lin_value),
+            autocast=torch.is_autocast_enabled(x_src.device.type))
         reassociated = form == "reassociated"
         # The skip first: autograd runs a later node's backward first, so lin_skip's backward
         # (an [N_dst, F] gradient of x_dst, held until every use of x_dst is done) runs after the
@@ -168,28 +171,13 @@ class TransformerConv(torch.nn.Module):
         return out
 
     def _reassociated(self, graph, x_src: Tensor, query: Tensor) -> Tensor:
-        """The attention output [N_dst, H, C] with W_k and W_v around the aggregation (see the
-        class docstring): q~ = W_k,h^T q_i [N_dst, H, F]; x~ = sum_j alpha_ij x_j, the op with
-        x as the key and value row every head shares; then W_v,h x~ + b_v."""
-        H, C = self.heads, self.out_channels
-        w_key = self.lin_key.weight.view(H, C, -1)
-        w_value = self.lin_value.weight.view(H, C, -1)
-        query_t = torch.einsum("nhc,hcf->nhf", query, w_key)
-        rows = x_src.unsqueeze(1)
-        mixed = graph_attention(graph, "dot", rows, query=query_t, key=rows, scale=1.0 / math.sqrt(C))
-        out = torch.einsum("nhf,hcf->nhc", mixed, w_value)
-        bias = self.lin_value.bias
-        if self.lin_key.bias is not None:
-            # The key bias adds q_i . b_k,h to every score of row i: the softmax drops it and its
-            # gradient is exactly zero. Kept in the graph as that zero, so that the parameter
-            # has a gradient as in the direct form (DistributedDataParallel expects one).
-            key_bias_zero = self.lin_key.bias.sum() * 0
-            bias = key_bias_zero.expand(H * C) if bias is None else bias + key_bias_zero
-        if bias is not None:
-            # A row without neighbours is PyG's empty sum, 0: no value bias there.
-            has_rows = (graph.in_degree() > 0).to(out.dtype).view(-1, 1, 1)
-            out = torch.addcmul(out, has_rows, bias.view(1, H, C))
-        return out
+        """The attention output [N_dst, H, C] with W_k and W_v around the aggregation (one
+        autograd node: gnnio.nn.conv._reassociated)."""
+        plan = plan_attention(graph, self.heads * self.out_channels, backward=True) \
+            if x_src.is_cuda else None
+        return ReassociatedAttention.apply(x_src, query, self.lin_key.weight, self.lin_key.bias,
+                                           self.lin_value.weight, self.lin_value.bias, graph,
+                                           1.0 / math.sqrt(self.out_channels), plan)
 
     def _finish(self, out: Tensor, x_r: Optional[Tensor]) -> Tensor:
         """The heads concatenated or averaged, then the skip (with beta's gate)."""
