@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One device call for TransformerConv's reassociated form (bench/NOTES.md v19): build; the
+# shared-row tests (CUDA and CPU), the layer's forms and the dot cases of the attention CUDA
+# tests (TEST_S); then, on powerlaw-1M-16M, per dtype in DTYPES, the ops graph_attention(dot)
+# and graph_attention(shared) and TransformerConv run once per form (GNNIO_TRANSFORMER_FORM:
+# each run has PyG's layer in the same process), BENCH_S each. Pass GNNIO_COMMIT=<sent commit>.
+set -uo pipefail
+T0=$(date +%s)
+OUT=${OUT:-/tmp/gnnio-out}
+source scripts/device_common.sh
+device_build
+device_env
+if [ "${TEST_S:-240}" -gt 0 ]; then
+  timeout "${TEST_S:-240}" python3 -m pytest tests/python/test_attention_shared_kv_cuda.py \
+    tests/python/test_attention_shared_kv.py tests/python/test_transformer_forms.py \
+    tests/python/test_attention_cuda.py -k "shared or Transformer or reassociated or dot" \
+    -q -p no:cacheprovider > "$OUT/pytest-transformer.log" 2>&1
+  echo "tests: $(( $(date +%s) - T0 )) s"
+fi
+for dtype in ${DTYPES-float32 bfloat16}; do
+  for form in direct reassociated; do
+    layers="TransformerConv"
+    [ "$form" = direct ] && layers="graph_attention(dot),graph_attention(shared),TransformerConv"
+    GNNIO_TRANSFORMER_FORM=$form timeout "${BENCH_S:-120}" python3 -m gnnio.bench --warmup 3 \
+      --repeat 10 --no-plot --dtype "$dtype" --graphs powerlaw-1M-16M --layers "$layers" \
+      --out "$OUT/nvidia-h200-transformer-$form-$dtype.json" > "$OUT/bench-$form-$dtype.log" 2>&1 \
+      || echo "$form $dtype: stopped (rc $?)"
+    echo "bench $form $dtype: $(( $(date +%s) - T0 )) s"
+  done
+done
+echo "=== pytest"; grep -E "^(FAILED|ERROR)" "$OUT/pytest-transformer.log" | cut -c1-200 | head -20
+tail -1 "$OUT/pytest-transformer.log" | cut -c1-200
+echo "=== rows"; grep -hE "powerlaw-1M-16M" "$OUT"/nvidia-h200-transformer-*.md | cut -c1-220
+exit 0  # the summary may grep nothing (a stopped bench): not a failure of the call
