@@ -55,6 +55,7 @@ inline bool shared_rows(const AttentionInputs& in) {
 // copy when key is value): for the per-head kernels. Differentiating through the copies is the
 // caller's: the gradients of the copies summed over heads are the shared rows'.
 inline AttentionInputs with_rows_per_head(AttentionInputs in) {
+  TORCH_CHECK_VALUE(in.operands[kKey].has_value(), "graph_attention: kind dot needs key");
   const int64_t heads = in.operands[kQuery]->size(1);
   auto copy = [heads](const at::Tensor& t) { return t.expand({t.size(0), heads, t.size(2)}).contiguous(); };
   const at::Tensor& key = *in.operands[kKey];
