@@ -319,19 +319,22 @@ def test_dropout_gradients_against_masked_reference(kind, optional):
         assert_no_worse_than_reference(a, b, c)
 
 
-@pytest.mark.parametrize("kind", ["gat", "gatv2", "dot"])
+@pytest.mark.parametrize("kind", ["gat", "gatv2", "dot", "dot_shared"])
 def test_opcheck_graph_attention(kind):
     # Schema, fake (meta) kernel, autograd registration and torch.compile's view of the op.
+    # dot_shared: key and value rows shared by the query's heads (the fake's heads are the query's).
     ei, n = random_graph(12, 40)
     g = gnnio.Graph(ei, num_nodes=n)
     f, t = g.csr_by_dst, g.csr_by_src
     H, C, E = 2, 3, ei.size(1)
+    shared = kind == "dot_shared"
+    kind = "dot" if shared else kind
 
     def r(*shape):
         return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
-    value = r(n, H, C)
+    value = r(n, 1 if shared else H, C)
     scores = [r(n, H), r(n, H), r(E, H)] if kind == "gat" else [None, None, None]
-    qk = [r(n, H, C), r(n, H, C), r(E, H, C)] if kind != "gat" else [None, None, None]
+    qk = [r(n, H, C), r(n, 1 if shared else H, C), r(E, H, C)] if kind != "gat" else [None, None, None]
     att = r(H, C) if kind == "gatv2" else None
     edge_value = r(E, H, C) if kind == "dot" else None
     args = (f.rowptr, f.col, {"gat": 0, "gatv2": 1, "dot": 2}[kind], value, *scores, *qk, att,

@@ -154,18 +154,3 @@ def test_shared_rows_bad_inputs(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
         gnnio.ops.graph_attention(graph, kind, v, query=q, key=k, **extra)
 
-
-def test_opcheck_shared_rows():
-    """Schema, fake kernel (its heads are the query's) and autograd with shared rows."""
-    ei, n = random_graph(12, 40)
-    g = gnnio.Graph(ei, num_nodes=n)
-    f, t = g.csr_by_dst, g.csr_by_src
-    H, C, E = 3, 2, ei.size(1)
-
-    def r(*shape):
-        return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
-    value = r(n, 1, C)
-    args = (f.rowptr, f.col, 2, value, None, None, None, r(n, H, C), r(n, 1, C), r(E, H, C), None,
-            r(E, H, C), n, 0.2, 0.5, 0.25, 7, True, t.rowptr, t.col, g.src_slot_to_dst_slot)
-    torch.library.opcheck(torch.ops.gnnio.graph_attention.default, args)
-    torch.library.opcheck(torch.ops.gnnio.graph_attention.default, args, {"bias": r(H * C)})

@@ -11,24 +11,12 @@ import torch
 
 import gnnio
 from conftest import assert_no_worse_than_reference
-from graphs import hub, random_graph
+from graphs import random_graph
+from test_attention_cuda import GRAPHS  # random, hub_in / hub_out (2*10^5 slots: split), bipartite, no_edges
 
 pytestmark = pytest.mark.cuda
 
 
-def graphs():
-    ei, n = random_graph(2000, 20_000)
-    big, nb = hub(200_000)
-    return {
-        "random": (ei, (n, n)),
-        "hub_in": (big, (nb, nb)),  # a 2*10^5-neighbour destination: work items and their merge
-        "hub_out": (big.flip(0), (nb, nb)),
-        "bipartite": (torch.stack([torch.randint(300, (3000,)), torch.randint(100, (3000,))]), (300, 100)),
-        "no_edges": (torch.empty(2, 0, dtype=torch.long), (5, 5)),
-    }
-
-
-GRAPHS = graphs()
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # (heads, channels): the kernel's layouts (4 channels a lane up to 128, 8 up to 256; 2, 4 or 8
 # heads held), heads below the held count, channels that are not a multiple of a lane's.
