@@ -191,9 +191,9 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
       with ``key`` and ``value`` of shape ``[num_src, 1, C]`` and a query of more heads, every
       head reads the one key and value row of a source (multi-query attention; their gradients
       sum the heads'): TransformerConv's reassociated form. The kernels read each shared row
-      once per edge for all heads (on CUDA: up to 8 heads of up to 128 channels, or 4 of up to
-      256, without edge terms or returned weights; otherwise, and for the CUDA backward, the
-      rows are copied per head for the per-head kernels, whose sums they are);
+      once per edge for all heads (on CUDA: key is value, up to 8 heads of up to 128 channels,
+      or 4 of up to 256, without edge terms or returned weights; otherwise, and for the CUDA
+      backward, the rows are copied per head for the per-head kernels, whose sums they are);
 
     then :math:`\alpha = \mathrm{softmax}_j(e)` (PyG's softmax), dropout on :math:`\alpha` with
     probability ``dropout`` (a counter-based mask of (seed, edge, head): the backward pass uses the

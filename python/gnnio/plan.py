@@ -477,17 +477,25 @@ def _nearest_measurement(ept: float, dtype: torch.dtype) -> str:
 TRANSFORMER_FORMS = ("direct", "reassociated")
 
 
+def _shared_rows_fit(heads: int, features: int) -> bool:
+    """attention_forward_cuda_shared_rows' register rule: a query and an accumulator per head,
+    4 features a lane up to 128, 8 up to 256, heads x (features a lane) <= 32."""
+    per_lane = 4 if features <= 128 else 8
+    return features <= 256 and heads <= 8 and heads * per_lane <= 32
+
+
 def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, weights: bool,
-                     plain: bool = True, autocast: bool = False,
-                     form: Optional[str] = None) -> Tuple[str, str]:
+                     plain: bool = True, autocast: bool = False, heads: int = 1,
+                     features: int = 0, form: Optional[str] = None) -> Tuple[str, str]:
     """(form, reason) for a TransformerConv call. ``form`` (or GNNIO_TRANSFORMER_FORM when it is
     None) is 'direct', 'reassociated' or 'auto'; 'reassociated' falls back to 'direct' (with the
     reason) where it does not apply: an edge term, dropout, returned attention weights, lin_key
     or lin_value not plain Linears (a hook or a subclass would not see the weights used
-    directly), or autocast (its casts are the linears').
-    'auto' picks 'direct' on every device for now: on the CPU it was measured slower (bench/NOTES.md,
-    "TransformerConv's reassociated form"), and on CUDA the shared rows are expanded per head
-    for the per-head kernels until a kernel reads them once."""
+    directly), autocast (its casts are the linears'), or on CUDA more ``heads`` or input
+    ``features`` than the shared-row kernel holds (8 heads of up to 128 features, 4 of up to
+    256: attention_forward_cuda_shared_rows; the op would copy x per head).
+    'auto' picks 'direct' on every device for now: on the CPU the reassociated form was measured
+    1.7-2.8x slower (bench/NOTES.md v19), and on CUDA it has not run yet."""
     compiling = torch.compiler.is_compiling()
     source = "argument"
     if form is None:
@@ -501,7 +509,10 @@ def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, we
     blockers = [name for name, on in (("an edge term", edge_term), ("dropout", dropout),
                                       ("attention weights returned", weights),
                                       ("lin_key / lin_value not plain Linears", not plain),
-                                      ("autocast", autocast)) if on]
+                                      ("autocast", autocast),
+                                      ("more heads or input features than the CUDA kernel holds",
+                                       device.type == "cuda" and not _shared_rows_fit(heads, features)))
+                if on]
     if blockers:
         return "direct", f"direct: reassociated asked ({source}) but not with {', '.join(blockers)}"
     return "reassociated", f"reassociated: forced ({source})"

@@ -40,20 +40,25 @@ def copied(t, heads):
     return t.expand(-1, heads, -1).contiguous()
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.25], ids=["no_dropout", "dropout"])
 @pytest.mark.parametrize("same_rows", [True, False], ids=["key_is_value", "key_and_value"])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("heads,channels", SHAPES, ids=[f"{h}x{c}" for h, c in SHAPES])
 @pytest.mark.parametrize("graph_name", list(GRAPHS))
-def test_cuda_shared_rows_are_the_copied_rows_bits(graph_name, heads, channels, dtype, same_rows):
+def test_cuda_shared_rows_are_the_copied_rows_bits(graph_name, heads, channels, dtype, same_rows,
+                                                   dropout):
     """Forward out and d query are the per-head kernel's bits on the rows copied per head (the
-    same sums, the same stats); d key and d value sum its per-head gradients over heads."""
+    same sums, the same stats, the same dropout mask); d key and d value sum its per-head
+    gradients over heads. key_is_value runs the shared-row kernel; a separate key is copied per
+    head by the binding (the kernel reads one row)."""
     graph, query, key, value = make(graph_name, heads, channels, DTYPES[dtype], same_rows,
                                     f"{graph_name}-{heads}-{channels}-{dtype}-{same_rows}")
     bias = torch.randn(heads * channels, dtype=query.dtype, device="cuda")
-    out = gnnio.ops.graph_attention(graph, "dot", value, query=query, key=key, scale=0.2, bias=bias)
+    kw = dict(scale=0.2, bias=bias, dropout=dropout, seed=99)
+    out = gnnio.ops.graph_attention(graph, "dot", value, query=query, key=key, **kw)
     value_c = copied(value, heads)
     key_c = value_c if same_rows else copied(key, heads)
-    ref = gnnio.ops.graph_attention(graph, "dot", value_c, query=query, key=key_c, scale=0.2, bias=bias)
+    ref = gnnio.ops.graph_attention(graph, "dot", value_c, query=query, key=key_c, **kw)
     assert torch.equal(out, ref)
     gout = torch.randn_like(out)
     tensors = [query, value] if same_rows else [query, key, value]

@@ -129,6 +129,15 @@ def test_plan_transformer_default_and_forcing(monkeypatch):
     assert plan_transformer(cpu, form="direct", **flags) == ("direct", "direct: forced (argument)")
     monkeypatch.setenv(FORM, "auto")
     assert plan_transformer(cpu, **flags)[0] == "direct"
+    cuda = torch.device("cuda")  # (a device object: no GPU needed)
+    for heads, features, fits in ((8, 128, True), (9, 128, False), (4, 256, True), (5, 256, False),
+                                  (1, 300, False)):
+        form, reason = plan_transformer(cuda, heads=heads, features=features, form="reassociated",
+                                        **flags)
+        assert (form == "reassociated") == fits, (heads, features, reason)
+        assert fits or "more heads or input features" in reason
+        assert plan_transformer(cpu, heads=heads, features=features, form="reassociated",
+                                **flags)[0] == "reassociated"
     monkeypatch.setenv(FORM, "fused")
     with pytest.raises(ValueError, match=f"{FORM} must be 'direct', 'reassociated' or 'auto'"):
         plan_transformer(cpu, **flags)
@@ -157,3 +166,27 @@ def test_reassociated_node_gradcheck_float64(bias):
     def fn(*args):
         return ReassociatedAttention.apply(*args, graph, 0.6, None)
     assert torch.autograd.gradcheck(fn, inputs)
+
+
+def test_reassociated_frozen_query_and_inference(monkeypatch):
+    """A frozen lin_query on an input without gradient (the backward walks no query gradient)
+    gives the direct form's parameter gradients; an inference call the same output as a
+    training call."""
+    gen = torch.Generator().manual_seed(4)
+    ei = torch.randint(40, (2, 300), generator=gen)
+    x = torch.randn(40, 6, generator=gen, dtype=torch.float64)
+    results = {}
+    for form in ("direct", "reassociated"):
+        monkeypatch.setenv(FORM, form)
+        torch.manual_seed(0)
+        conv = gnnio.nn.TransformerConv(6, 3, heads=2).double()
+        conv.lin_query.requires_grad_(False)
+        out = conv(x, ei)
+        out.square().sum().backward()
+        with torch.no_grad():
+            torch.testing.assert_close(conv(x, ei), out.detach(), rtol=0, atol=0)
+        results[form] = [out.detach()] + [p.grad for p in conv.parameters() if p.requires_grad]
+    # float64: the forms sum the same terms in another order (rows of ~8 edges, 6-feature dots),
+    # a few hundred eps apart at most; lin_key.bias's gradient is rounding noise around 0 in both.
+    for a, b in zip(results["direct"], results["reassociated"]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

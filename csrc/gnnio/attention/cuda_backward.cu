@@ -426,6 +426,9 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
   GNNIO_CHECK(p.scalar_type != ScalarType::kFloat64 && p.channels <= kMaxCudaChannels,
               ErrorKind::kInvalidArgument,
               "graph_attention backward on CUDA: float32/float16/bfloat16 and <= 256 channels");
+  GNNIO_CHECK(!p.shared_kv, ErrorKind::kInvalidArgument,
+              "graph_attention backward on CUDA reads key and value rows per head (shared rows are "
+              "copied per head first)");
   if (p.heads == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   const int64_t stride = 1 + 2 * p.channels;

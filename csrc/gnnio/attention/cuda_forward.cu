@@ -235,7 +235,8 @@ __global__ void __launch_bounds__(kMergeThreads, CPL >= 8 ? 5 : 8) merge_kernel(
   }
 }
 
-// Shared key and value rows (params.h's shared_kv: kind dot, no edge terms, no weights): one
+// Shared key and value rows that are one row (params.h's shared_kv with key == value: kind dot,
+// no edge terms, no weights; TransformerConv's reassociated form, whose key and value are x): one
 // warp per task (a light row, or a heavy row's work item) walks the row once for all heads.
 // Lane `sub` holds channels sub * CPL .. of the source's one row (loaded once per slot, for every
 // head), and of each head's query and accumulator; each head's score is its own butterfly over
@@ -423,7 +424,7 @@ bool attention_forward_cuda_gat_scores_from_rows(const AttentionParams& p) {
 }
 
 bool attention_forward_cuda_shared_rows(const AttentionParams& p) {
-  return p.shared_kv && p.kind == ScoreKind::kDot && !p.edge_key && !p.edge_value &&
+  return p.shared_kv && p.kind == ScoreKind::kDot && p.key == p.value && !p.edge_key && !p.edge_value &&
          p.scalar_type != ScalarType::kFloat64 && p.channels <= kMaxCudaChannels && p.heads >= 1 &&
          p.heads <= kSharedRowsMaxHeads && p.heads * shared_rows_cpl(p.channels) <= 32;
 }

@@ -13,6 +13,7 @@ gnnio.plan.plan_transformer), as one autograd node:
 
 Its gradients are the direct form's sums on the forward's weights (which equal the direct
 weights up to rounding), so lin_key.bias gets the direct form's gradient: zero up to rounding."""
+import os
 from typing import Optional
 
 import torch
@@ -52,12 +53,13 @@ class ReassociatedAttention(torch.autograd.Function):
         query_t = headwise(query, w_key.view(heads, channels, features))  # [N_dst, H, F]
         rows = x_src.contiguous().unsqueeze(1)  # [N_src, 1, F]: every head's key and value
         fwd = graph.csr_by_dst
-        rowptr_t, col_t = graph.backward_csr(True)
+        need_grad = any(ctx.needs_input_grad)
+        rowptr_t, col_t = graph.backward_csr(need_grad)  # (empty without a backward)
+        t2c = graph.src_slot_to_dst_slot if need_grad else col_t
         forward_split, backward_split = _split(plan)
         mixed, stats, _, _ = _ops.graph_attention(
             fwd.rowptr, fwd.col, 2, rows, None, None, None, query_t, rows, None, None, None,
-            graph.num_dst, 0.2, float(scale), 0.0, 0, False, rowptr_t, col_t,
-            graph.src_slot_to_dst_slot, *forward_split)
+            graph.num_dst, 0.2, float(scale), 0.0, 0, False, rowptr_t, col_t, t2c, *forward_split)
         del query_t
         out = headwise(mixed, w_value.view(heads, channels, features).transpose(1, 2))
         del mixed
@@ -67,9 +69,18 @@ class ReassociatedAttention(torch.autograd.Function):
         if b_key is not None:  # the direct scores' max: + scale q_i . b_k,h (in stats' precision)
             shift = (query.to(stats.dtype) * b_key.to(stats.dtype).view(1, heads, channels)).sum(-1)
             stats[..., 0] += float(scale) * shift
-        # The CUDA backward forms D_i = dout_i . out_i in its pass A; the CPU one reads out (a
-        # copy: the caller may change the returned out in place, an activation after the layer).
-        kept = out.clone() if not out.is_cuda else out.new_empty(0, dtype=torch.float32)
+        # The CUDA backward forms D_i = dout_i . out_i in its pass A when it walks the rows for d
+        # query (attention_backward_cuda_delta_in_pass_a; GNNIO_DOT_DELTA_IN_PASS_A=0 turns it
+        # off); otherwise it reads out, as the CPU one does: a copy, since the caller may change
+        # the returned out in place (an activation after the layer). Nothing without a backward.
+        in_pass_a = (out.is_cuda and ctx.needs_input_grad[1]
+                     and os.environ.get("GNNIO_DOT_DELTA_IN_PASS_A", "1")[:1] != "0")
+        if not need_grad:
+            kept = out.new_empty(0)
+        elif in_pass_a:
+            kept = out.new_empty(0, dtype=torch.float32)
+        else:
+            kept = out.clone()
         ctx.save_for_backward(x_src, query, w_key, b_key, w_value, b_value, stats, kept)
         ctx.graph, ctx.scale, ctx.backward_split = graph, float(scale), backward_split
         return out

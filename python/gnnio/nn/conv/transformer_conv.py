@@ -111,7 +111,7 @@ class TransformerConv(torch.nn.Module):
         form, _ = plan_transformer(
             x_src.device, edge_term=self.lin_edge is not None, dropout=dropout > 0,
             weights=want_weights, plain=_plain_linear(self.lin_key) and _plain_linear(self.lin_value),
-            autocast=torch.is_autocast_enabled(x_src.device.type))
+            autocast=torch.is_autocast_enabled(x_src.device.type), heads=H, features=x_src.size(1))
         reassociated = form == "reassociated"
         # The skip first: autograd runs a later node's backward first, so lin_skip's backward
         # (an [N_dst, F] gradient of x_dst, held until every use of x_dst is done) runs after the
@@ -173,7 +173,7 @@ class TransformerConv(torch.nn.Module):
     def _reassociated(self, graph, x_src: Tensor, query: Tensor) -> Tensor:
         """The attention output [N_dst, H, C] with W_k and W_v around the aggregation (one
         autograd node: gnnio.nn.conv._reassociated)."""
-        plan = plan_attention(graph, self.heads * self.out_channels, backward=True) \
+        plan = plan_attention(graph, self.heads * x_src.size(1), backward=True) \
             if x_src.is_cuda else None
         return ReassociatedAttention.apply(x_src, query, self.lin_key.weight, self.lin_key.bias,
                                            self.lin_value.weight, self.lin_value.bias, graph,
