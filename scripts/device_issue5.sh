@@ -16,6 +16,8 @@
 # so a stopped stage keeps its rows. Graphs: standard first (the large ones), then the real ones.
 # BUILD=0 skips the build (a warm machine that built the same tree, or a CPU dry run with e.g.
 # GRAPHS=cora STUDY_ARGS="--repeat 1 --warmup 0").
+# STUDY_ARGS="--device-time" adds the planner study's device-only timings (each candidate's
+# CUDA-graph replays, their own verdict): about twice its time, so PLAN_S ~300 for all graphs.
 # Pass GNNIO_COMMIT=<sent commit>. The summary goes last.
 set -uo pipefail
 T0=$(date +%s)

@@ -153,6 +153,37 @@ def test_verdict_separates_a_wrong_choice_from_the_same_kernel():
     assert same["miss_fwd"] == "same kernel" and same["miss_fwd_bwd"] is None
 
 
+def test_verdict_and_report_of_device_times():
+    """--device-time rows: a verdict of their own (the pass's pick), and the report's count line
+    next to the host-inclusive one, each device miss with its host ratio."""
+    from gnnio.bench.study_report import planner_markdown
+
+    backends = {"csr": dict(fwd_ms=0.08, fwd_bwd_ms=0.20, fwd_device_ms=0.030, fwd_bwd_device_ms=0.07),
+                "wsb": dict(fwd_ms=0.10, fwd_bwd_ms=0.18, fwd_device_ms=0.020, fwd_bwd_device_ms=0.09)}
+    row = verdict(dict(graph="g", family="spmm", dtype="float32", fwd_ms=0.10, fwd_bwd_ms=0.18,
+                       fwd_device_ms=0.021, fwd_bwd_device_ms=0.09, excluded={}, backends=backends,
+                       planner_pick_fwd="wsb", planner_pick="wsb", one_kernel=False))
+    # host: the forward's wsb pick misses (csr 0.08 ms), the device: it is the fastest
+    assert row["miss_fwd"] == "other kernel" and row["within_10pct_fwd_device"] is True
+    assert row["fastest_fwd_device"] == "wsb" and row["ratio_fwd_device"] == pytest.approx(1.05)
+    # fwd+bwd: the reverse
+    assert row["within_10pct_fwd_bwd"] is True and row["miss_fwd_bwd_device"] == "other kernel"
+    assert row["pick_ratio_fwd_bwd_device"] == pytest.approx(0.09 / 0.07)
+    head = dict(card="c", torch="t", pyg="p", gnnio="x", commit="h", date="d", copy_tbps=1.0,
+                features=16, attention="gatv2", warmup=0, repeat=1, env={})
+    md = planner_markdown(dict(head, rows=[row]))
+    assert "**1 of 2** (graph, family, dtype, pass) within 10%" in md
+    assert "**Device time**" in md and "**1 of 2** within 10% of the fastest fixed backend" in md
+    assert "g spmm float32 fwd+bwd (1.29x on the device, 1.00x with the host; other kernel" in md
+    plain = dict(row)
+    for k in list(plain):
+        if "device" in k:
+            del plain[k]
+    for m in backends.values():
+        m.pop("fwd_device_ms"), m.pop("fwd_bwd_device_ms")
+    assert "Device time" not in planner_markdown(dict(head, rows=[verdict(plain)]))
+
+
 def test_measure_interleaved_alternates_and_times_alike(monkeypatch):
     calls = []
     fns = {n: (lambda n=n: calls.append(n)) for n in "abc"}
@@ -262,3 +293,22 @@ def test_bad_arguments_exit_with_a_message(bad, capsys):
         study.parse_args(["--device", "cpu", *bad])
     assert e.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+@pytest.mark.cuda
+def test_planner_study_device_time_on_cuda(tmp_path):
+    """--device-time on a GPU: every candidate of every pass is captured and replayed (a positive
+    time, no capture error), and the rows carry their device verdict."""
+    prefix = str(tmp_path / "gpu")
+    study.main(["--study", "planner", "--graphs", "cora", "--device", "cuda", "--dtypes", "float32",
+                "--warmup", "1", "--repeat", "2", "--features", "16", "--device-time", "--out", prefix])
+    with open(f"{prefix}-planner.json") as f:
+        res = json.load(f)
+    assert res["device_time"] is True and res["rows"]
+    for r in res["rows"]:
+        for key in ("fwd_device_ms", "fwd_bwd_device_ms"):
+            assert positive(r[key]), (r["family"], key, r.get("device_error"))
+            assert all(positive(m[key]) for m in r["backends"].values()), r["backends"]
+        assert r["within_10pct_fwd_device"] is not None and r["within_10pct_fwd_bwd_device"] is not None
+    with open(f"{prefix}-planner.md") as f:
+        assert "**Device time**" in f.read()

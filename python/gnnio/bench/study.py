@@ -69,6 +69,9 @@ def parse_args(argv):
     p.add_argument("--save-perms", default=None, metavar="DIR",
                    help="compute each (graph, order) here and save it to DIR; times nothing else")
     p.add_argument("--force", action="store_true", help="--save-perms: recompute existing files")
+    p.add_argument("--device-time", action="store_true",
+                   help="planner study on CUDA: also time each candidate's CUDA-graph replays (the "
+                        "GPU's time alone, without the host's per-call work), with their own verdict")
     p.add_argument("--time-limit", type=float, default=0.0, metavar="S",
                    help="stop before the next graph (or order / dtype) after S seconds (0: none)")
     args = p.parse_args(argv)
@@ -142,6 +145,7 @@ def header(args, study):
         "commit": bench.git_commit(), "copy_tbps": copy_rate_tbps(device), "study": study,
         "features": args.features, "attention": f"gatv2, 4 heads x {args.features // 4}",
         "warmup": args.warmup, "repeat": args.repeat, "seed": args.seed,
+        "device_time": bool(getattr(args, "device_time", False)) and device.type == "cuda",
         "perms": args.perms, "tf32_default": torch.backends.cuda.matmul.fp32_precision,
         "env": {k: v for k, v in os.environ.items() if k.startswith("GNNIO_") and k != "GNNIO_COMMIT"},
         "graphs": {}, "rows": [], "skipped": [], "stopped": None,

@@ -22,7 +22,14 @@ for each, so a row records its pick for each pass (``planner_pick_fwd``, ``plann
 - Reduction (``segment_reduce(max)``): ``degree-aware`` (the planner's light/heavy split forced
   on; on a graph without heavy rows it is the node-parallel kernel) and ``node-parallel``.
 - Attention (``graph_attention(gatv2)``, 4 heads x F/4): ``csr-split`` (super-node split on)
-  and ``csr`` (no split), the only two backends attention has."""
+  and ``csr`` (no split), the only two backends attention has.
+
+With ``--device-time`` (CUDA) each candidate of a pass is also captured in a CUDA graph and its
+replays timed the same way (interleaved, CUDA events): the GPU's time alone, without the host's
+per-call work (Python, dispatch, cuSPARSE's host side), which on the small graphs is most of a
+call and moves 2-5x between machines (bench/NOTES.md, "Planner study"). A row then also has
+``fwd_device_ms`` / ``fwd_bwd_device_ms`` for the planner and each backend and their own
+verdict (``ratio_fwd_device``, ...). The planner's replay runs its pick's kernels."""
 import gc
 import statistics
 import time
@@ -165,6 +172,38 @@ def measure_interleaved(fns, device, warmup, repeat):
     return out
 
 
+def capture(fn, device):
+    """fn captured in a CUDA graph (after two eager calls on a side stream, as CUDA graphs need:
+    caches and workspaces exist before capture): returns the graph's replay."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def measure_replays(fns, device, warmup, repeat):
+    """measure_interleaved over the CUDA-graph replays of fns: {name: {ms, samples, inner} or
+    {error}} (a capture that fails, as one that reads the host inside the call would, is an
+    error of that candidate, not of the study)."""
+    replays, out = {}, {}
+    for name, fn in fns.items():
+        try:
+            replays[name] = capture(fn, device)
+        except Exception as e:  # noqa: BLE001 - recorded per candidate
+            torch.cuda.synchronize(device)
+            out[name] = dict(ms=None, error=f"capture: {type(e).__name__}: {str(e)[:300]}")
+    out.update(measure_interleaved(replays, device, warmup, repeat))
+    del replays
+    torch.cuda.synchronize(device)
+    return out
+
+
 def _measure_family(fixed, planner, family, inp, device, args):
     """({backend: measurement}, planner's measurement): forward, then forward+backward, each
     with every fixed backend and the planner interleaved."""
@@ -172,6 +211,7 @@ def _measure_family(fixed, planner, family, inp, device, args):
                     else (inp["gout"], [inp["x"]]))
     fns = {**{("fixed", b): fn for b, fn in fixed.items()}, ("planner", None): planner}
     res = {k: dict(fwd_ms=None, fwd_bwd_ms=None, peak_extra_gib=None) for k in fns}
+    device_time = getattr(args, "device_time", False) and device.type == "cuda"
     def inference(fn):
         def call():
             with torch.no_grad():
@@ -188,12 +228,27 @@ def _measure_family(fixed, planner, family, inp, device, args):
                 res[k].setdefault("error", m["error"])
             else:
                 res[k][f"{key[:-3]}_samples"] = m["samples"]
+        if device_time:
+            dev_key = f"{key[:-3]}_device_ms"
+            got = measure_replays({k: wrap(fn) for k, fn in fns.items() if res[k][key] is not None},
+                                  device, args.warmup, args.repeat)
+            for k, m in got.items():
+                res[k][dev_key] = m["ms"]
+                if "error" in m:
+                    res[k].setdefault("device_error", m["error"])
     return {b: res["fixed", b] for b in fixed}, res["planner", None]
 
 
 def pass_pick(row, suffix):
-    """The planner's pick for a pass ('fwd' or 'fwd_bwd'): rows before e86a9a0 hold one pick."""
-    return row.get("planner_pick_fwd" if suffix == "fwd" else "planner_pick", row.get("planner_pick"))
+    """The planner's pick for a pass ('fwd' or 'fwd_bwd', or their '_device' timings): rows
+    before e86a9a0 hold one pick."""
+    forward = suffix in ("fwd", "fwd_device")
+    return row.get("planner_pick_fwd" if forward else "planner_pick", row.get("planner_pick"))
+
+
+# (time key, suffix of the verdict's keys): host-inclusive timings, then the device-only ones.
+PASSES = (("fwd_ms", "fwd"), ("fwd_bwd_ms", "fwd_bwd"))
+DEVICE_PASSES = (("fwd_device_ms", "fwd_device"), ("fwd_bwd_device_ms", "fwd_bwd_device"))
 
 
 def verdict(row):
@@ -201,14 +256,16 @@ def verdict(row):
     and the split of that ratio: ``pick_ratio`` = the planner's pick run as a fixed backend /
     fastest (the choice's cost), ``overhead_ratio`` = planner / its pick (the planner's per-call
     cost and noise), ``miss`` = None (within 10%), 'same kernel' (the pick runs the fastest's
-    kernel: the same name, or a row whose backends all run one kernel) or 'other kernel'."""
-    for key, suffix in (("fwd_ms", "fwd"), ("fwd_bwd_ms", "fwd_bwd")):
+    kernel: the same name, or a row whose backends all run one kernel) or 'other kernel'.
+    Rows with device-only timings (--device-time) get the same keys for them, suffixed _device."""
+    passes = PASSES + (DEVICE_PASSES if "fwd_device_ms" in row or "fwd_bwd_device_ms" in row else ())
+    for key, suffix in passes:
         counted = {b: m[key] for b, m in row["backends"].items()
                    if b not in row["excluded"] and m.get(key) is not None}
         best = min(counted, key=counted.get) if counted else None
         row[f"fastest_{suffix}"] = best
         row[f"fastest_{suffix}_ms"] = counted.get(best)
-        ok = best is not None and row[key] is not None
+        ok = best is not None and row.get(key) is not None
         row[f"ratio_{suffix}"] = row[key] / counted[best] if ok else None
         row[f"within_10pct_{suffix}"] = row[f"ratio_{suffix}"] <= WITHIN if ok else None
         pick = pass_pick(row, suffix)

@@ -140,9 +140,42 @@ def planner_markdown(result):
     lines += ["", f"**{total - len(misses)} of {total}** (graph, family, dtype, pass) within 10% "
               "of the fastest fixed backend."
               + (f" Not within ({split}): " + "; ".join(misses) + "." if misses else "")]
+    lines += _device_time_lines(result["rows"])
     if notes:
         lines += ["", "Notes:"] + [f"- {k}: {'; '.join(v)}" for k, v in notes.items()]
     return "\n".join(lines) + "\n"
+
+
+def _device_time_lines(rows):
+    """The verdict on the device-only timings (--device-time: CUDA-graph replays), when the rows
+    have them: the count, and each miss with the host-inclusive ratio of the same pass."""
+    from gnnio.bench.study_planner import verdict
+
+    total, misses, kinds = 0, [], {}
+    for r in rows:
+        if "fwd_device_ms" not in r and "fwd_bwd_device_ms" not in r:
+            continue
+        if "miss_fwd_device" not in r and "miss_fwd_bwd_device" not in r:
+            r = verdict(dict(r, one_kernel=bool(r.get("note"))))
+        for label, suffix in (("fwd", "fwd_device"), ("fwd+bwd", "fwd_bwd_device")):
+            ok = r.get(f"within_10pct_{suffix}")
+            if ok is None:
+                continue
+            total += 1
+            if not ok:
+                miss, host = r.get(f"miss_{suffix}"), r.get(f"ratio_{suffix[:-7]}")
+                kinds[miss] = kinds.get(miss, 0) + 1
+                misses.append(f"{r['graph']} {r['family']} {r['dtype']} {label} "
+                              f"({r[f'ratio_{suffix}']:.2f}x on the device, {_x(host)} with the host; "
+                              f"{miss}; fastest {r.get(f'fastest_{suffix}')} "
+                              f"{_ms(r.get(f'fastest_{suffix}_ms'))} ms)")
+    if not total:
+        return []
+    split = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    return ["", f"**Device time** (each candidate captured in a CUDA graph, its replays timed the "
+                f"same way: the GPU's time without the host's per-call work): **{total - len(misses)} "
+                f"of {total}** within 10% of the fastest fixed backend."
+            + (f" Not within ({split}): " + "; ".join(misses) + "." if misses else "")]
 
 
 def _x(v):
