@@ -164,7 +164,7 @@ def test_reassociated_node_gradcheck_float64(bias):
               r(heads * channels) if bias else None)
 
     def fn(*args):
-        return ReassociatedAttention.apply(*args, graph, 0.6, None)
+        return ReassociatedAttention.apply(*args, graph, 0.6, None, True)
     assert torch.autograd.gradcheck(fn, inputs)
 
 
@@ -190,3 +190,16 @@ def test_reassociated_frozen_query_and_inference(monkeypatch):
     # a few hundred eps apart at most; lin_key.bias's gradient is rounding noise around 0 in both.
     for a, b in zip(results["direct"], results["reassociated"]):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_reassociated_inference_prepares_no_backward(monkeypatch):
+    """Under torch.no_grad(), with weights that require grad, the reassociated call builds no
+    transposed CSR (as the direct form's op does not)."""
+    monkeypatch.setenv(FORM, "reassociated")
+    conv = gnnio.nn.TransformerConv(6, 3, heads=2)
+    graph = gnnio.Graph(torch.randint(30, (2, 200)), num_nodes=30)
+    with torch.no_grad():
+        conv(torch.randn(30, 6), graph)
+    assert not graph.has_csr_by_src
+    conv(torch.randn(30, 6), graph).sum().backward()
+    assert graph.has_csr_by_src

@@ -174,16 +174,23 @@ def measure_interleaved(fns, device, warmup, repeat):
 
 def capture(fn, device):
     """fn captured in a CUDA graph (after two eager calls on a side stream, as CUDA graphs need:
-    caches and workspaces exist before capture): returns the graph's replay."""
+    caches and workspaces exist before capture): returns the graph's replay. The capture runs on
+    ``device`` and on a stream of its own, and the caller's current stream is restored whatever
+    happens: a capture invalidated by the call (a host read, a sync) makes torch.cuda.graph's
+    exit raise before it restores the stream."""
+    current = torch.cuda.current_stream(device)
     side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
+    side.wait_stream(current)
     with torch.cuda.stream(side):
         for _ in range(2):
             fn()
-    torch.cuda.current_stream(device).wait_stream(side)
+    current.wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    try:
+        with torch.cuda.device(device), torch.cuda.graph(graph, stream=torch.cuda.Stream(device)):
+            fn()
+    finally:
+        torch.cuda.set_stream(current)
     return graph.replay
 
 

@@ -134,8 +134,9 @@ def planner_markdown(result):
         if r.get("note"):
             notes.setdefault(r["note"], {})[f"{r['graph']} {r['family']}"] = None
         for b, m in [*r["backends"].items(), ("planner", r)]:
-            if m.get("error"):
-                notes.setdefault(f"{r['graph']} {r['family']} {r['dtype']} {b}", {})[m["error"]] = None
+            for err in ("error", "device_error"):
+                if m.get(err):
+                    notes.setdefault(f"{r['graph']} {r['family']} {r['dtype']} {b}", {})[m[err]] = None
     split = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
     lines += ["", f"**{total - len(misses)} of {total}** (graph, family, dtype, pass) within 10% "
               "of the fastest fixed backend."

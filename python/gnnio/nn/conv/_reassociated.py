@@ -41,19 +41,21 @@ def _split(plan):
 
 class ReassociatedAttention(torch.autograd.Function):
     """(x_src [N_src, F], query [N_dst, H, C], W_k [H C, F], b_k, W_v [H C, F], b_v, graph,
-    scale, plan) -> the attention output [N_dst, H, C] (plan: gnnio.plan.plan_attention's, on
-    CUDA; None on the CPU)."""
+    scale, plan, need_grad) -> the attention output [N_dst, H, C] (plan: gnnio.plan.plan_attention's,
+    on CUDA; None on the CPU). need_grad: whether a backward can follow (grad mode on and an
+    input that requires grad: needs_input_grad ignores the grad mode); without it nothing is
+    kept or built for one."""
 
     @staticmethod
     def forward(ctx, x_src: Tensor, query: Tensor, w_key: Tensor, b_key: Optional[Tensor],
-                w_value: Tensor, b_value: Optional[Tensor], graph, scale: float, plan) -> Tensor:
+                w_value: Tensor, b_value: Optional[Tensor], graph, scale: float, plan,
+                need_grad: bool) -> Tensor:
         heads, channels = query.shape[1:]
         features = x_src.size(1)
         query = query.contiguous()
         query_t = headwise(query, w_key.view(heads, channels, features))  # [N_dst, H, F]
         rows = x_src.contiguous().unsqueeze(1)  # [N_src, 1, F]: every head's key and value
         fwd = graph.csr_by_dst
-        need_grad = any(ctx.needs_input_grad)
         rowptr_t, col_t = graph.backward_csr(need_grad)  # (empty without a backward)
         t2c = graph.src_slot_to_dst_slot if need_grad else col_t
         forward_split, backward_split = _split(plan)
@@ -117,4 +119,4 @@ class ReassociatedAttention(torch.autograd.Function):
         d_bk = d_key.sum(0) if need_bk and b_key is not None else None
         d_wv = d_value.t() @ x_src if need_wv else None
         d_bv = d_value.sum(0) if need_bv and b_value is not None else None
-        return d_x, d_query, d_wk, d_bk, d_wv, d_bv, None, None, None
+        return d_x, d_query, d_wk, d_bk, d_wv, d_bv, None, None, None, None

@@ -175,9 +175,11 @@ class TransformerConv(torch.nn.Module):
         autograd node: gnnio.nn.conv._reassociated)."""
         plan = plan_attention(graph, self.heads * x_src.size(1), backward=True) \
             if x_src.is_cuda else None
-        return ReassociatedAttention.apply(x_src, query, self.lin_key.weight, self.lin_key.bias,
-                                           self.lin_value.weight, self.lin_value.bias, graph,
-                                           1.0 / math.sqrt(self.out_channels), plan)
+        params = (self.lin_key.weight, self.lin_key.bias, self.lin_value.weight, self.lin_value.bias)
+        need_grad = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x_src, query) + params)
+        return ReassociatedAttention.apply(x_src, query, *params, graph,
+                                           1.0 / math.sqrt(self.out_channels), plan, need_grad)
 
     def _finish(self, out: Tensor, x_r: Optional[Tensor]) -> Tensor:
         """The heads concatenated or averaged, then the skip (with beta's gate)."""
