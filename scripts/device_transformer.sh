@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for TransformerConv's reassociated form (bench/NOTES.md v19): build; the
 # shared-row tests (CUDA and CPU), the layer's forms and the dot cases of the attention CUDA
-# tests (TEST_S); then, on powerlaw-1M-16M, per dtype in DTYPES, the ops graph_attention(dot)
+# tests (TEST_S); then, on powerlaw-1M-16M (mean in-degree 16) and uniform-200K-10M (50: the
+# byte model's break-even is ~14, NOTES v19), per dtype in DTYPES, the ops graph_attention(dot)
 # and graph_attention(shared) and TransformerConv run once per form (GNNIO_TRANSFORMER_FORM:
 # each run has PyG's layer in the same process), BENCH_S each. Pass GNNIO_COMMIT=<sent commit>.
 set -uo pipefail
@@ -22,7 +23,7 @@ for dtype in ${DTYPES-float32 bfloat16}; do
     layers="TransformerConv"
     [ "$form" = direct ] && layers="graph_attention(dot),graph_attention(shared),TransformerConv"
     GNNIO_TRANSFORMER_FORM=$form timeout "${BENCH_S:-120}" python3 -m gnnio.bench --warmup 3 \
-      --repeat 10 --no-plot --dtype "$dtype" --graphs powerlaw-1M-16M --layers "$layers" \
+      --repeat 10 --no-plot --dtype "$dtype" --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" --layers "$layers" \
       --out "$OUT/nvidia-h200-transformer-$form-$dtype.json" > "$OUT/bench-$form-$dtype.log" 2>&1 \
       || echo "$form $dtype: stopped (rc $?)"
     echo "bench $form $dtype: $(( $(date +%s) - T0 )) s"
@@ -30,5 +31,5 @@ for dtype in ${DTYPES-float32 bfloat16}; do
 done
 echo "=== pytest"; grep -E "^(FAILED|ERROR)" "$OUT/pytest-transformer.log" | cut -c1-200 | head -20
 tail -1 "$OUT/pytest-transformer.log" | cut -c1-200
-echo "=== rows"; grep -hE "powerlaw-1M-16M" "$OUT"/nvidia-h200-transformer-*.md | cut -c1-220
+echo "=== rows"; grep -hE "powerlaw-1M-16M|uniform-200K-10M" "$OUT"/nvidia-h200-transformer-*.md | cut -c1-220
 exit 0  # the summary may grep nothing (a stopped bench): not a failure of the call
