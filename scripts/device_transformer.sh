@@ -5,6 +5,8 @@
 # byte model's break-even is ~14, NOTES v19), per dtype in DTYPES, the ops graph_attention(dot)
 # and graph_attention(shared) and TransformerConv run once per form (GNNIO_TRANSFORMER_FORM:
 # each run has PyG's layer in the same process), BENCH_S each. Pass GNNIO_COMMIT=<sent commit>.
+# One device call holds 600 s: run it as two, `DTYPES=float32` (build, tests, fp32 rows: ~450 s)
+# then, while the machine is warm, `BUILD=0 TEST_S=0 DTYPES=bfloat16` (~200 s).
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
@@ -22,7 +24,7 @@ for dtype in ${DTYPES-float32 bfloat16}; do
   for form in direct reassociated; do
     layers="TransformerConv"
     [ "$form" = direct ] && layers="graph_attention(dot),graph_attention(shared),TransformerConv"
-    GNNIO_TRANSFORMER_FORM=$form timeout "${BENCH_S:-120}" python3 -m gnnio.bench --warmup 3 \
+    GNNIO_TRANSFORMER_FORM=$form timeout "${BENCH_S:-150}" python3 -m gnnio.bench --warmup 3 \
       --repeat 10 --no-plot --dtype "$dtype" --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" --layers "$layers" \
       --out "$OUT/nvidia-h200-transformer-$form-$dtype.json" > "$OUT/bench-$form-$dtype.log" 2>&1 \
       || echo "$form $dtype: stopped (rc $?)"
