@@ -69,6 +69,23 @@ def test_cuda_shared_rows_are_the_copied_rows_bits(graph_name, heads, channels, 
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("heads_per_warp", ["2", "4"])
+@pytest.mark.parametrize("heads,channels", [(4, 128), (3, 128), (8, 64), (4, 256)],
+                         ids=["4x128", "3x128", "8x64", "4x256"])
+@pytest.mark.parametrize("graph_name", ["random", "hub_in"])
+def test_cuda_shared_rows_head_groups_are_the_same_bits(monkeypatch, graph_name, heads, channels,
+                                                        heads_per_warp):
+    """GNNIO_SHARED_ROWS_HEADS splits a row's heads over warps (head groups): a head's sums do not
+    depend on its group, so out is the same bits as with all heads in one warp."""
+    graph, query, key, value = make(graph_name, heads, channels, torch.float32, True,
+                                    f"groups-{graph_name}-{heads}-{channels}")
+    kw = dict(query=query, key=key, scale=0.2, dropout=0.25, seed=5)
+    whole = gnnio.ops.graph_attention(graph, "dot", value, **kw)
+    monkeypatch.setenv("GNNIO_SHARED_ROWS_HEADS", heads_per_warp)
+    grouped = gnnio.ops.graph_attention(graph, "dot", value, **kw)
+    assert torch.equal(whole, grouped)
+
+
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("graph_name", ["random", "hub_in", "hub_out", "bipartite"])

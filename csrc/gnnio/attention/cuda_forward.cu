@@ -6,6 +6,7 @@
 // out and stats; a work item writes its partial (m, s, acc), and the merge kernel combines the
 // items of each heavy row in item order: M = max m_t, S = sum s_t e^(m_t - M),
 // ACC = sum acc_t e^(m_t - M), which is exact up to rounding and independent of scheduling.
+#include <cstdlib>
 #include <type_traits>
 
 #include "gnnio/attention/head_scores.h"
@@ -245,14 +246,19 @@ __global__ void __launch_bounds__(kMergeThreads, CPL >= 8 ? 5 : 8) merge_kernel(
 // the row bytes. The sums are that kernel's, in its order (its lane channels, its butterfly
 // with zeros from the lanes past C, its steps of U slots from the row's start, the same work
 // items and merge), so out and stats are its bits and its backward (on copied rows) is exact.
-// HM: heads held, H <= HM <= kSharedRowsMaxHeads, HM * CPL <= 32 (a query and an accumulator
-// per head: 2 HM CPL registers).
+// HM: heads a warp holds, HM * CPL <= 32 (a query and an accumulator per head: 2 HM CPL
+// registers); a task's H heads are ceil(H / HM) warps (head groups), each loading the row (the
+// later ones from L1, as a rule: they are neighbours in the block). Fewer heads a warp, fewer
+// registers and more resident warps (GNNIO_SHARED_ROWS_HEADS, an A/B knob: 109 registers at
+// 4 heads of 4 channels against 80 at 2, ptxas). The sums of a head do not depend on its group.
 constexpr int kSharedRowsMaxHeads = 8;
 
 template <typename scalar_t, typename index_t, int CPL, int HM>
 __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(AttentionParams p, Partial part) {
   const Group<32> g;
-  const int64_t task = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  const int64_t warp = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  const int64_t head_groups = (p.heads + HM - 1) / HM;
+  const int64_t task = warp / head_groups, h0 = warp % head_groups * HM;
   if (task >= p.num_dst + p.split.num_items) return;
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
   const auto* col = static_cast<const index_t*>(p.col);
@@ -269,13 +275,15 @@ __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(Attent
     begin = it[1];
     end = it[2];
   }
+  // This warp's heads: h0 + h for h < nh.
   const int64_t H = p.heads, C = p.channels, c0 = int64_t(g.sub) * CPL;
+  const int64_t nh = H - h0 < HM ? H - h0 : HM;
   const auto* rows = static_cast<const scalar_t*>(p.value);
   float q[HM][CPL], acc[HM][CPL], m[HM], s[HM];
 #pragma unroll
   for (int h = 0; h < HM; ++h) {
-    if (h < H) {
-      load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.query) + (i * H + h) * C, c0, C,
+    if (h < nh) {
+      load_channels<scalar_t, CPL>(static_cast<const scalar_t*>(p.query) + (i * H + h0 + h) * C, c0, C,
                                    p.vector_io, q[h]);
     } else {
 #pragma unroll
@@ -304,7 +312,7 @@ __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(Attent
       for (int u = 0; u < U; ++u) to_floats(raw[u], x[u]);
 #pragma unroll
       for (int h = 0; h < HM; ++h) {
-        if (h >= H) continue;
+        if (h >= nh) continue;
         float e[U];
         float m_new = m[h];
 #pragma unroll
@@ -325,7 +333,7 @@ __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(Attent
           if (u >= n) continue;
           const float w = expf(e[u] - m_new);
           s[h] += w;
-          const float wr = w * dropout_factor(p, base + u0 + u, h);
+          const float wr = w * dropout_factor(p, base + u0 + u, h0 + h);
 #pragma unroll
           for (int t = 0; t < CPL; ++t) acc[h][t] += wr * x[u][t];
         }
@@ -334,9 +342,9 @@ __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(Attent
   }
 #pragma unroll
   for (int h = 0; h < HM; ++h) {
-    if (h >= H) continue;
+    if (h >= nh) continue;
     if (item) {
-      const int64_t slot = task * H + h;
+      const int64_t slot = task * H + h0 + h;
       if (g.sub == 0) part.m[slot] = m[h], part.s[slot] = s[h];
 #pragma unroll
       for (int t = 0; t < CPL; ++t)
@@ -347,11 +355,13 @@ __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(Attent
 #pragma unroll
     for (int t = 0; t < CPL; ++t) acc[h][t] /= denom;
     if (p.out_acc)
-      store_channels<float, CPL>(static_cast<float*>(p.out_acc) + (i * H + h) * C, c0, C, p.vector_io, acc[h]);
-    add_output_bias<scalar_t, CPL>(p, h, g.sub, acc[h]);
-    store_channels<scalar_t, CPL>(static_cast<scalar_t*>(p.out) + (i * H + h) * C, c0, C, p.vector_io, acc[h]);
+      store_channels<float, CPL>(static_cast<float*>(p.out_acc) + (i * H + h0 + h) * C, c0, C, p.vector_io,
+                                 acc[h]);
+    add_output_bias<scalar_t, CPL>(p, h0 + h, g.sub, acc[h]);
+    store_channels<scalar_t, CPL>(static_cast<scalar_t*>(p.out) + (i * H + h0 + h) * C, c0, C, p.vector_io,
+                                  acc[h]);
     if (g.sub == 0) {
-      auto* st = static_cast<float*>(p.stats) + (i * H + h) * 2;
+      auto* st = static_cast<float*>(p.stats) + (i * H + h0 + h) * 2;
       st[0] = begin == end ? 0.0f : m[h];
       st[1] = denom;
     }
@@ -361,17 +371,28 @@ __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(Attent
 // shared_rows_forward_kernel's CPL for C channels: forward_kernel's (dispatch_layout) at L = 32.
 inline int shared_rows_cpl(int64_t channels) { return channels <= 128 ? 4 : 8; }
 
-// Calls fn(CPL, HM) for the smallest held-heads bound of p's layout (the instantiations:
-// CPL 4 with 2, 4 or 8 heads, CPL 8 with 2 or 4).
+// Heads a warp of shared_rows_forward_kernel holds: all of a task's (at most 8, 4 at 8 channels
+// a lane), or at most GNNIO_SHARED_ROWS_HEADS (2, 4 or 8) of them.
+inline int64_t shared_rows_heads_per_warp(const AttentionParams& p) {
+  int64_t cap = shared_rows_cpl(p.channels) == 4 ? 8 : 4;
+  if (const char* knob = std::getenv("GNNIO_SHARED_ROWS_HEADS")) {
+    const int64_t asked = std::atoll(knob);
+    if (asked == 2 || asked == 4 || asked == 8) cap = asked < cap ? asked : cap;
+  }
+  return p.heads < cap ? p.heads : cap;
+}
+
+// Calls fn(CPL, HM) for the smallest held-heads bound of `heads` heads a warp at p's layout (the
+// instantiations: CPL 4 with 2, 4 or 8 heads, CPL 8 with 2 or 4).
 template <typename Fn>
-void dispatch_shared_rows(const AttentionParams& p, Fn&& fn) {
+void dispatch_shared_rows(const AttentionParams& p, int64_t heads, Fn&& fn) {
   using std::integral_constant;
   if (shared_rows_cpl(p.channels) == 4) {
-    if (p.heads <= 2) return fn(integral_constant<int, 4>{}, integral_constant<int, 2>{});
-    if (p.heads <= 4) return fn(integral_constant<int, 4>{}, integral_constant<int, 4>{});
+    if (heads <= 2) return fn(integral_constant<int, 4>{}, integral_constant<int, 2>{});
+    if (heads <= 4) return fn(integral_constant<int, 4>{}, integral_constant<int, 4>{});
     return fn(integral_constant<int, 4>{}, integral_constant<int, 8>{});
   }
-  if (p.heads <= 2) return fn(integral_constant<int, 8>{}, integral_constant<int, 2>{});
+  if (heads <= 2) return fn(integral_constant<int, 8>{}, integral_constant<int, 2>{});
   return fn(integral_constant<int, 8>{}, integral_constant<int, 4>{});
 }
 
@@ -457,13 +478,13 @@ void attention_forward_cuda(const AttentionParams& p, void* workspace, void* str
       using scalar_t = decltype(scalar);
       using index_t = decltype(index);
       if constexpr (!std::is_same_v<scalar_t, double>) {
-        dispatch_shared_rows(p, [&](auto cpl, auto hm) {
+        dispatch_shared_rows(p, shared_rows_heads_per_warp(p), [&](auto cpl, auto hm) {
           constexpr int CPL = decltype(cpl)::value, HM = decltype(hm)::value;
           AttentionParams q = p;
           q.split = split;
           q.vector_io = rows_aligned(p, CPL, {});
           set_dropout_test(q);
-          const int64_t warps = p.num_dst + p.split.num_items;
+          const int64_t warps = (p.num_dst + p.split.num_items) * ((p.heads + HM - 1) / HM);
           shared_rows_forward_kernel<scalar_t, index_t, CPL, HM>
               <<<blocks_for(warps * 32, kRowThreads), kRowThreads, 0, s>>>(q, part);
           GNNIO_CUDA_CHECK(cudaGetLastError());
