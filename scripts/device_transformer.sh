@@ -6,7 +6,8 @@
 # and graph_attention(shared) and TransformerConv run once per form (GNNIO_TRANSFORMER_FORM:
 # each run has PyG's layer in the same process), BENCH_S each. Pass GNNIO_COMMIT=<sent commit>.
 # One device call holds 600 s: run it as two, `DTYPES=float32` (build, tests, fp32 rows: ~450 s)
-# then, while the machine is warm, `BUILD=0 TEST_S=0 DTYPES=bfloat16` (~200 s).
+# then, while the machine is warm, `BUILD=0 TEST_S=0 DTYPES=bfloat16` (~200 s). FORMS: the
+# runs per dtype (default direct reassociated reassociated-heads2).
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
@@ -21,10 +22,14 @@ if [ "${TEST_S:-240}" -gt 0 ]; then
   echo "tests: $(( $(date +%s) - T0 )) s"
 fi
 for dtype in ${DTYPES-float32 bfloat16}; do
-  for form in direct reassociated; do
+  # reassociated-heads2: the same with 2 heads a warp (GNNIO_SHARED_ROWS_HEADS=2, NOTES v19).
+  for form in ${FORMS:-direct reassociated reassociated-heads2}; do
     layers="TransformerConv"
     [ "$form" = direct ] && layers="graph_attention(dot),graph_attention(shared),TransformerConv"
-    GNNIO_TRANSFORMER_FORM=$form timeout "${BENCH_S:-150}" python3 -m gnnio.bench --warmup 3 \
+    [ "$form" = reassociated-heads2 ] && layers="graph_attention(shared),TransformerConv"
+    heads=""; [ "$form" = reassociated-heads2 ] && heads=2
+    GNNIO_TRANSFORMER_FORM=${form%-heads2} GNNIO_SHARED_ROWS_HEADS=$heads \
+      timeout "${BENCH_S:-150}" python3 -m gnnio.bench --warmup 3 \
       --repeat 10 --no-plot --dtype "$dtype" --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" --layers "$layers" \
       --out "$OUT/nvidia-h200-transformer-$form-$dtype.json" > "$OUT/bench-$form-$dtype.log" 2>&1 \
       || echo "$form $dtype: stopped (rc $?)"
