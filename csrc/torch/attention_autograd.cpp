@@ -177,11 +177,10 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
     // the CUDA dot kernels (attention_common.h's needs 3), and not with saved-tensor hooks
     // (checkpointing, offloading: the unpacked tensors are theirs).
     // Not with shared key and value rows: the backward works on copies of them per head.
-    const bool shared_kv = value.size(1) == 1 && query.has_value() && query->size(1) > 1;
     ctx->saved_data["in_place"] = backward_in_place && !hooked && value.is_cuda() &&
                                   kind == static_cast<int64_t>(ScoreKind::kDot) && key.has_value() &&
                                   !key->is_same(value) && key->is_contiguous() &&
-                                  value.is_contiguous() && !shared_kv;
+                                  value.is_contiguous() && !shared_rows(kind, value, query);
     if (bias.has_value() && out_kept) {
       auto with_bias = out + bias->view({1, out.size(1), out.size(2)});
       return {with_bias, stats, weights, out_acc};

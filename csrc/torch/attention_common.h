@@ -45,10 +45,17 @@ inline const void* ptr_or_null(const OptTensor& t) { return t.has_value() ? t->d
 
 // Kind dot with value [num_src, 1, C] and a query of more heads: every head reads the one key
 // and value row of a source (params.h's shared_kv); the heads are the query's.
+inline bool shared_rows(int64_t kind, const at::Tensor& value, const OptTensor& query) {
+  return kind == static_cast<int64_t>(ScoreKind::kDot) && value.dim() == 3 && value.size(1) == 1 &&
+         query.has_value() && query->dim() == 3 && query->size(1) > 1;
+}
 inline bool shared_rows(const AttentionInputs& in) {
-  const OptTensor& q = in.operands[kQuery];
-  return in.kind == static_cast<int64_t>(ScoreKind::kDot) && in.value.dim() == 3 &&
-         in.value.size(1) == 1 && q.has_value() && q->dim() == 3 && q->size(1) > 1;
+  return shared_rows(in.kind, in.value, in.operands[kQuery]);
+}
+
+// Whether a is b's memory seen the same way (key passed as value: one row per slot serves both).
+inline bool same_view(const at::Tensor& a, const at::Tensor& b) {
+  return a.data_ptr() == b.data_ptr() && a.sizes() == b.sizes() && a.strides() == b.strides();
 }
 
 // in with its shared key and value rows copied per head ([num_src, heads, C], contiguous; one
@@ -58,11 +65,9 @@ inline AttentionInputs with_rows_per_head(AttentionInputs in) {
   TORCH_CHECK_VALUE(in.operands[kKey].has_value(), "graph_attention: kind dot needs key");
   const int64_t heads = in.operands[kQuery]->size(1);
   auto copy = [heads](const at::Tensor& t) { return t.expand({t.size(0), heads, t.size(2)}).contiguous(); };
-  const at::Tensor& key = *in.operands[kKey];
-  const bool key_is_value = key.data_ptr() == in.value.data_ptr() && key.sizes() == in.value.sizes() &&
-                            key.strides() == in.value.strides();
+  const bool key_is_value = same_view(*in.operands[kKey], in.value);
   in.value = copy(in.value);
-  in.operands[kKey] = key_is_value ? in.value : copy(key);
+  in.operands[kKey] = key_is_value ? in.value : copy(*in.operands[kKey]);
   return in;
 }
 
@@ -314,8 +319,7 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
   b.key_grad_into_value = needs[1 + kKey] == 2;
   if (b.key_grad_into_value) {
     const auto& key = in.operands[kKey];
-    TORCH_CHECK_VALUE(needs[0] && key.has_value() && key->data_ptr() == v.data_ptr() &&
-                          key->sizes() == v.sizes() && key->strides() == v.strides(),
+    TORCH_CHECK_VALUE(needs[0] && key.has_value() && same_view(*key, v),
                       "graph_attention backward: needs[key] == 2 (into value's gradient) needs "
                       "key to be value and value's gradient");
   }

@@ -105,6 +105,16 @@ def gcn_propagate(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Ten
     return _spmm_csr(g, value, value_t, x, need_t)
 
 
+def _split_args(plan) -> tuple:
+    """A ReducePlan's or AttentionPlan's super-node split as the ops take it after t2c: heavy_rows,
+    heavy_items, light_max_degree, heavy_src, heavy_src_items, light_max_out_degree (none: the
+    ops' defaults, no split)."""
+    if plan is None:
+        return ()
+    return (plan.heavy_rows, plan.heavy_items, plan.light_max_degree, plan.heavy_src,
+            plan.heavy_src_items, plan.light_max_out_degree)
+
+
 def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
                    return_arg: bool = False, degree_aware: Optional[bool] = None):
     r"""Neighbourhood reduction :math:`\mathbf{out}_i = \mathrm{reduce}_{j \in N(i)} \mathbf{x}_j`
@@ -130,17 +140,14 @@ def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
     need_t = torch.is_grad_enabled() and x.requires_grad
     rowptr_t, col_t = graph.backward_csr(need_t)
     t2c = graph.src_slot_to_dst_slot if need_t else col_t  # col_t is the empty placeholder then
-    split = ()
-    if x.is_cuda:
-        plan = plan_reduce(graph, x.dtype, degree_aware, backward=need_t)
-        split = (plan.heavy_rows, plan.heavy_items, plan.light_max_degree, plan.heavy_src,
-                 plan.heavy_src_items, plan.light_max_out_degree)
+    split = _split_args(plan_reduce(graph, x.dtype, degree_aware, backward=need_t) if x.is_cuda else None)
     out, arg = _ops.segment_reduce(fwd.rowptr, fwd.col, x, graph.num_dst, graph.num_src, reduce,
                                    rowptr_t, col_t, t2c, *split)
     return (out, arg) if return_arg else out
 
 
 _KINDS = {"gat": 0, "gatv2": 1, "dot": 2}
+
 
 
 def _edge_term(t, graph, name, shape):
@@ -298,11 +305,8 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     fwd = graph.csr_by_dst
     rowptr_t, col_t = graph.backward_csr(needs_grad)
     t2c = graph.src_slot_to_dst_slot if needs_grad else col_t
-    split = ()
-    if value.is_cuda:
-        plan = plan_attention(graph, heads * channels, backward=needs_grad, degree_aware=degree_aware)
-        split = (plan.heavy_rows, plan.heavy_items, plan.light_max_degree, plan.heavy_src,
-                 plan.heavy_src_items, plan.light_max_out_degree)
+    split = _split_args(plan_attention(graph, heads * channels, backward=needs_grad,
+                                      degree_aware=degree_aware) if value.is_cuda else None)
     # With gradients the weights are recomputed below; the kernel's are then needed only for
     # the dropout mask.
     kernel_weights = bool(return_weights) and (not needs_grad or dropout > 0)

@@ -481,7 +481,7 @@ def _shared_rows_fit(heads: int, features: int) -> bool:
     """attention_forward_cuda_shared_rows' register rule: a query and an accumulator per head,
     4 features a lane up to 128, 8 up to 256, heads x (features a lane) <= 32."""
     per_lane = 4 if features <= 128 else 8
-    return features <= 256 and heads <= 8 and heads * per_lane <= 32
+    return features <= 256 and heads * per_lane <= 32
 
 
 def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, weights: bool,

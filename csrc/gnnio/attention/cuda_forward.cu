@@ -251,7 +251,6 @@ __global__ void __launch_bounds__(kMergeThreads, CPL >= 8 ? 5 : 8) merge_kernel(
 // later ones from L1, as a rule: they are neighbours in the block). Fewer heads a warp, fewer
 // registers and more resident warps (GNNIO_SHARED_ROWS_HEADS, an A/B knob: 109 registers at
 // 4 heads of 4 channels against 80 at 2, ptxas). The sums of a head do not depend on its group.
-constexpr int kSharedRowsMaxHeads = 8;
 
 template <typename scalar_t, typename index_t, int CPL, int HM>
 __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(AttentionParams p, Partial part) {
@@ -447,7 +446,7 @@ bool attention_forward_cuda_gat_scores_from_rows(const AttentionParams& p) {
 bool attention_forward_cuda_shared_rows(const AttentionParams& p) {
   return p.shared_kv && p.kind == ScoreKind::kDot && p.key == p.value && !p.edge_key && !p.edge_value &&
          p.scalar_type != ScalarType::kFloat64 && p.channels <= kMaxCudaChannels && p.heads >= 1 &&
-         p.heads <= kSharedRowsMaxHeads && p.heads * shared_rows_cpl(p.channels) <= 32;
+         p.heads * shared_rows_cpl(p.channels) <= 32;  // (so at most 8 heads, 4 above 128 channels)
 }
 
 size_t attention_forward_cuda_workspace_bytes(const AttentionParams& p) {

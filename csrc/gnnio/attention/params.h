@@ -169,10 +169,9 @@ bool attention_backward_cuda_delta_in_pass_a(ScoreKind kind, bool grad_query, bo
 bool attention_forward_cuda_gat_scores_from_rows(const AttentionParams& p);
 // Whether the CUDA forward reads p's shared key and value rows once per slot for all heads
 // (shared_rows_forward_kernel): shared_kv with key == value (one row scored and summed), no edge
-// terms, not float64, and a query and an
-// accumulator per head in registers (heads x 4 <= 32 up to 128 channels, heads x 8 <= 32 up to
-// 256). It also takes no weights. The binding otherwise copies the rows per head, and does so
-// for every backward.
+// terms, not float64, and a query and an accumulator per head in registers (heads x 4 <= 32 up
+// to 128 channels, heads x 8 <= 32 up to 256). It also takes no weights. The binding otherwise
+// copies the rows per head, and does so for every backward.
 bool attention_forward_cuda_shared_rows(const AttentionParams& p);
 void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream);
 void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, void* stream);

@@ -24,10 +24,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_cuda_
                              light_max_degree, heavy_src, heavy_src_items, light_max_out_degree);
   AttentionParams p = attention_params(in);
   // Shared key and value rows: read once per slot for all heads where the kernel takes them
-  // (key == value)
-  // (attention_forward_cuda_shared_rows), else copied per head for the per-head kernel, whose
-  // sums they are anyway (the same bits). GNNIO_ATTENTION_SHARED_ROWS=0 always copies (a
-  // measurement knob).
+  // (attention_forward_cuda_shared_rows: key == value, ...), else copied per head for the
+  // per-head kernel, whose sums they are anyway (the same bits). GNNIO_ATTENTION_SHARED_ROWS=0
+  // always copies (a measurement knob).
   if (p.shared_kv && (need_weights || !attention_forward_cuda_shared_rows(p) ||
                       env_flag_off("GNNIO_ATTENTION_SHARED_ROWS"))) {
     in = with_rows_per_head(std::move(in));

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from gnnio._ops import ops as _ops
+from gnnio.ops import _split_args
 
 
 def headwise(x: Tensor, w: Tensor) -> Tensor:
@@ -28,15 +29,6 @@ def headwise(x: Tensor, w: Tensor) -> Tensor:
     out = x.new_empty(x.size(0), x.size(1), w.size(2))
     torch.bmm(x.transpose(0, 1), w, out=out.transpose(0, 1))
     return out
-
-
-def _split(plan):
-    if plan is None:
-        return (), ()
-    return ((plan.heavy_rows, plan.heavy_items, plan.light_max_degree, plan.heavy_src,
-             plan.heavy_src_items, plan.light_max_out_degree),
-            ([plan.heavy_rows, plan.heavy_items, plan.heavy_src, plan.heavy_src_items],
-             [plan.light_max_degree, plan.light_max_out_degree]))
 
 
 class ReassociatedAttention(torch.autograd.Function):
@@ -58,10 +50,9 @@ class ReassociatedAttention(torch.autograd.Function):
         fwd = graph.csr_by_dst
         rowptr_t, col_t = graph.backward_csr(need_grad)  # (empty without a backward)
         t2c = graph.src_slot_to_dst_slot if need_grad else col_t
-        forward_split, backward_split = _split(plan)
         mixed, stats, _, _ = _ops.graph_attention(
             fwd.rowptr, fwd.col, 2, rows, None, None, None, query_t, rows, None, None, None,
-            graph.num_dst, 0.2, float(scale), 0.0, 0, False, rowptr_t, col_t, t2c, *forward_split)
+            graph.num_dst, 0.2, float(scale), 0.0, 0, False, rowptr_t, col_t, t2c, *_split_args(plan))
         del query_t
         out = headwise(mixed, w_value.view(heads, channels, features).transpose(1, 2))
         del mixed
@@ -84,7 +75,7 @@ class ReassociatedAttention(torch.autograd.Function):
         else:
             kept = out.clone()
         ctx.save_for_backward(x_src, query, w_key, b_key, w_value, b_value, stats, kept)
-        ctx.graph, ctx.scale, ctx.backward_split = graph, float(scale), backward_split
+        ctx.graph, ctx.scale, ctx.plan = graph, float(scale), plan
         return out
 
     @staticmethod
@@ -103,7 +94,10 @@ class ReassociatedAttention(torch.autograd.Function):
         needs = [own if need_value else 0, 0, 0, 0, int(need_q), own if need_key else 0, 0, 0, 0]
         fwd = graph.csr_by_dst
         rowptr_t, col_t = graph.backward_csr(True)
-        splits, light_max = ctx.backward_split or ([None] * 4, [2**62, 2**62])
+        plan = ctx.plan  # the backward op's form of the split (graph_attention_backward's schema)
+        splits = [None] * 4 if plan is None else [plan.heavy_rows, plan.heavy_items, plan.heavy_src,
+                                                  plan.heavy_src_items]
+        light_max = [2**62] * 2 if plan is None else [plan.light_max_degree, plan.light_max_out_degree]
         grads = _ops.graph_attention_backward(
             fwd.rowptr, fwd.col, 2, value, [None, None, None, query, key, None, None, None],
             graph.num_dst, [0.2, ctx.scale, 0.0], 0, rowptr_t, col_t, graph.src_slot_to_dst_slot,

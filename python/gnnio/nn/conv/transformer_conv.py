@@ -173,11 +173,12 @@ class TransformerConv(torch.nn.Module):
     def _reassociated(self, graph, x_src: Tensor, query: Tensor) -> Tensor:
         """The attention output [N_dst, H, C] with W_k and W_v around the aggregation (one
         autograd node: gnnio.nn.conv._reassociated)."""
-        plan = plan_attention(graph, self.heads * x_src.size(1), backward=True) \
-            if x_src.is_cuda else None
         params = (self.lin_key.weight, self.lin_key.bias, self.lin_value.weight, self.lin_value.bias)
         need_grad = torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (x_src, query) + params)
+        # (the sources' split, and the transposed CSR it reads, only for a backward)
+        plan = plan_attention(graph, self.heads * x_src.size(1), backward=need_grad) \
+            if x_src.is_cuda else None
         return ReassociatedAttention.apply(x_src, query, *params, graph,
                                            1.0 / math.sqrt(self.out_channels), plan, need_grad)
 
