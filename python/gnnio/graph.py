@@ -22,6 +22,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from gnnio._ops import ops
+from gnnio.adjacency import adjacency_edges, is_sparse_adjacency
 
 _INT32_MAX = 2**31 - 1
 _cache_keys = itertools.count()
@@ -65,7 +66,10 @@ class Graph:
 
     Args:
         edge_index (Tensor or torch_geometric.EdgeIndex): ``[2, E]`` int32/int64, on CPU or CUDA.
-            Duplicate edges and self loops are kept as given; order does not matter.
+            Duplicate edges and self loops are kept as given; order does not matter. Or a sparse
+            adjacency ``adj_t`` (``torch.sparse`` COO, CSR or CSC, ``[num_dst, num_src]``, rows
+            are destinations, as PyG takes it): its entries in storage order are the edges, its
+            shape the node counts (``gnnio.adjacency``); its values are not read.
         num_nodes (int, optional): number of nodes of a non-bipartite graph. If neither this nor
             ``size`` is given it is ``edge_index.max() + 1`` (one device sync).
         size ((int, int), optional): ``(num_src, num_dst)`` of a bipartite graph.
@@ -77,6 +81,15 @@ class Graph:
     def __init__(self, edge_index: torch.Tensor, num_nodes: Optional[int] = None, *,
                  size: Optional[Tuple[int, int]] = None):
         original = edge_index
+        stored = None
+        if is_sparse_adjacency(edge_index):
+            stored = adjacency_edges(edge_index)
+            given = size if size is not None else (
+                None if num_nodes is None else (num_nodes, num_nodes))
+            if given is not None and tuple(int(s) for s in given) != stored.size:
+                raise ValueError(f"the sparse adjacency adj_t has shape {list(original.shape[:2])}, "
+                                 f"i.e. (num_src, num_dst) = {stored.size}, but {given} was given")
+            edge_index, size, num_nodes = stored.edge_index, stored.size, None
         if size is None and num_nodes is None and _pyg_sparse_size(edge_index) is not None:
             size = _pyg_sparse_size(edge_index)
         edge_index = check_edge_index(edge_index)
@@ -107,11 +120,15 @@ class Graph:
             ei = edge_index.to(self.index_dtype)
             self._src, self._dst = ei[0].contiguous(), ei[1].contiguous()
             csc = _pyg_csc(original, self.index_dtype, num_dst) if _is_pyg_edge_index(original) else None
-            if csc is not None:  # reuse the EdgeIndex's own sort
-                self.csr_by_dst = csc
+            if stored is not None and stored.rows is not None:  # the sparse tensor's own CSR
+                csc = CSR(stored.rowptr.to(self.index_dtype).contiguous(),
+                          stored.col.to(self.index_dtype).contiguous(),
+                          torch.arange(self.num_edges, dtype=self.index_dtype, device=self.device))
+            if csc is not None and (stored is None or stored.rows == "dst"):
+                self.csr_by_dst = csc  # reuse the EdgeIndex's or the sparse tensor's own sort
             else:
                 self.csr_by_dst = self._build(self._dst, self._src, num_dst, num_src)
-        self._csr_by_src: Optional[CSR] = None
+        self._csr_by_src: Optional[CSR] = csc if stored is not None and stored.rows == "src" else None
         self.cache_key = next(_cache_keys) * 2  # csr_by_dst's plans; +1 for csr_by_src's
         ops.register_cache(self.cache_key)
         ops.register_cache(self.cache_key + 1)
@@ -372,6 +389,18 @@ class Graph:
             loop_edge.scatter_reduce_(0, src[loop_ids][in_range], loop_ids[in_range], reduce="amax")
             return Graph(ei, size=(self.num_src, self.num_dst)), kept, loop_edge
         return self._cached(("self_loops", num_loops), compute)
+
+    def with_added_self_loops(self) -> "Graph":
+        """Loops 0 -> 0 ... (num_nodes-1) -> (num_nodes-1) appended after the edges, existing
+        loops kept: PyG's add_self_loops, which gcn_norm applies to a sparse adjacency."""
+        if self.is_bipartite:
+            raise ValueError("self loops need a graph with num_src == num_dst")
+
+        def compute():
+            loops = torch.arange(self.num_dst, device=self.device)
+            ei = torch.cat([self.edge_index.long(), torch.stack([loops, loops])], 1)
+            return Graph(ei, size=(self.num_src, self.num_dst))
+        return self._cached("added_self_loops", compute)
 
     def gcn_values(self, dtype: torch.dtype, edge_weight: Optional[torch.Tensor] = None,
                    improved: bool = False, add_self_loops: bool = True, normalize: bool = True):

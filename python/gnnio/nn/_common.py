@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from gnnio.adjacency import adjacency_key, adjacency_values, is_sparse_adjacency
 from gnnio.graph import Graph
 from gnnio.ops import column_sum
 
@@ -54,8 +55,7 @@ class GraphCache:
     """
 
     def __init__(self):
-        self._key = None
-        self._graph = None
+        self.clear()
 
     def get(self, edge_index, num_src: int, num_dst: Optional[int]) -> Graph:
         if isinstance(edge_index, Graph):
@@ -65,22 +65,47 @@ class GraphCache:
                     f"but the features give ({num_src}, {num_dst})")
             return edge_index
         if not isinstance(edge_index, torch.Tensor):
-            raise TypeError("edge_index must be a Tensor [2, E], a torch_geometric.EdgeIndex or a "
+            raise TypeError("edge_index must be a Tensor [2, E], a torch_geometric.EdgeIndex, a "
+                            "sparse adj_t [num_dst, num_src] (torch.sparse COO, CSR or CSC) or a "
                             f"gnnio.Graph, got {type(edge_index).__name__}")
-        if edge_index.is_sparse or edge_index.layout != torch.strided:
-            raise NotImplementedError("sparse adjacency matrices are not supported yet; pass an "
-                                      "edge_index [2, E] or a gnnio.Graph")
         num_dst = num_src if num_dst is None else num_dst
-        key = (edge_index.data_ptr(), version_of(edge_index), tuple(edge_index.shape), num_src,
-               num_dst, edge_index.device)
+        if is_sparse_adjacency(edge_index):
+            key = adjacency_key(edge_index) + (num_src, num_dst, edge_index.device)
+        else:
+            key = (edge_index.data_ptr(), version_of(edge_index), tuple(edge_index.shape), num_src,
+                   num_dst, edge_index.device)
         if self._key is not None and self._key[0]() is edge_index and self._key[1] == key:
             return self._graph
         graph = Graph(edge_index, size=(num_src, num_dst))
-        self._key, self._graph = (weakref.ref(edge_index), key), graph
+        self._key, self._graph, self._unit_values = (weakref.ref(edge_index), key), graph, None
         return graph
 
+    def get_weighted(self, layer: str, edge_index, edge_weight, num_src: int,
+                     num_dst: Optional[int]) -> Tuple[Graph, Optional[torch.Tensor]]:
+        """(graph, edge weights): ``edge_weight`` as given for an edge_index; for a sparse
+        adjacency its values, which PyG's spmm multiplies by (None when they are all ones and
+        need no gradient: checked once per adjacency, so the unweighted caches serve)."""
+        graph = self.get(edge_index, num_src, num_dst)
+        if not is_sparse_adjacency(edge_index):
+            return graph, edge_weight
+        if edge_weight is not None:
+            raise ValueError(f"gnnio.nn.{layer}: edge_weight cannot be given with a sparse "
+                             "adjacency (PyG would ignore it): its values are the edge weights")
+        values = adjacency_values(edge_index)
+        if values.dim() != 1:
+            raise NotImplementedError(f"gnnio.nn.{layer}: a sparse adjacency with "
+                                      f"{values.dim() - 1} dense value dimensions is not supported")
+        if not values.dtype.is_floating_point:
+            raise TypeError(f"gnnio.nn.{layer}: the sparse adjacency's values must be floating "
+                            f"point, got {values.dtype}")
+        if values.requires_grad and torch.is_grad_enabled():
+            return graph, values
+        if self._unit_values is None:
+            self._unit_values = bool((values == 1).all())
+        return graph, None if self._unit_values else values
+
     def clear(self):
-        self._key = self._graph = None
+        self._key = self._graph = self._unit_values = None
 
 
 class _LinearsOfOneInput(torch.autograd.Function):

@@ -5,6 +5,7 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
+from gnnio.adjacency import is_sparse_adjacency, set_values, sorted_adjacency
 from gnnio.graph import Graph
 from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
 from gnnio.nn.conv.graph_conv import _sizes
@@ -146,6 +147,18 @@ def _returned_edge_index(edge_index, graph: Graph, added_loops: bool) -> Tensor:
     if not added_loops and isinstance(edge_index, Tensor):
         return edge_index
     return graph.edge_index.long()
+
+
+def _returned_weights(edge_index, graph: Graph, added_loops: bool, alpha: Tensor):
+    """GATConv's and GATv2Conv's ``(edge_index, alpha)``. For a sparse adj_t PyG returns
+    ``(adj, alpha)``: adj_t (with its loops replaced, entries sorted as PyG's loop utilities
+    leave a coalesced input) holding alpha ``[E, H]`` as values, alpha in adj's entry order."""
+    if not is_sparse_adjacency(edge_index):
+        return _returned_edge_index(edge_index, graph, added_loops), alpha
+    if not added_loops:
+        return set_values(edge_index, alpha), alpha
+    return sorted_adjacency(graph.edge_index, (graph.num_src, graph.num_dst), alpha,
+                            edge_index.layout)
 
 
 class GATConv(torch.nn.Module):
@@ -299,7 +312,7 @@ class GATConv(torch.nn.Module):
         out, alpha = result if return_attention_weights else (result, None)
         out = _combine_heads(out, self.concat, res, self.bias if op_bias is None else None)
         if return_attention_weights:
-            return out, (_returned_edge_index(edge_index, graph, self.add_self_loops), alpha)
+            return out, _returned_weights(edge_index, graph, self.add_self_loops, alpha)
         return out
 
     def __repr__(self) -> str:

@@ -6,8 +6,8 @@ from torch.nn import Parameter
 
 from gnnio.nn._common import GraphCache, check_channels, linears_of_one_input, split_pair
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
-                                    _combine_heads, _glorot, _op_bias, _reset_linear, _returned_edge_index,
-                                    _with_self_loops)
+                                    _combine_heads, _glorot, _op_bias, _reset_linear,
+                                    _returned_weights, _with_self_loops)
 from gnnio.ops import graph_attention
 
 
@@ -137,7 +137,7 @@ class GATv2Conv(torch.nn.Module):
         out, alpha = result if return_attention_weights else (result, None)
         out = _combine_heads(out, self.concat, res, self.bias if op_bias is None else None)
         if return_attention_weights:
-            return out, (_returned_edge_index(edge_index, graph, self.add_self_loops), alpha)
+            return out, _returned_weights(edge_index, graph, self.add_self_loops, alpha)
         return out
 
     def __repr__(self) -> str:

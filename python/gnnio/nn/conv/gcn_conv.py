@@ -4,6 +4,7 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
+from gnnio.adjacency import is_sparse_adjacency
 from gnnio.nn._common import GraphCache, check_channels, check_kwargs
 from gnnio.ops import gcn_propagate
 
@@ -33,8 +34,11 @@ class GCNConv(torch.nn.Module):
         normalize (bool): apply the symmetric normalisation. (default: ``True``)
         bias (bool): learn an additive bias. (default: ``True``)
 
-    Shapes: x ``[N, in_channels]``; edge_index ``[2, E]`` (Tensor, EdgeIndex or gnnio.Graph);
-    edge_weight ``[E]`` optional; output ``[N, out_channels]``.
+    Shapes: x ``[N, in_channels]``; edge_index ``[2, E]`` (Tensor, EdgeIndex or gnnio.Graph),
+    or a sparse ``adj_t [N, N]`` (``torch.sparse`` COO, CSR or CSC) whose values are the edge
+    weights, with PyG's sparse conventions (a loop of weight 1, or 2 when ``improved``, is added
+    to every node beside any loop it has); edge_weight ``[E]`` optional (not with ``adj_t``);
+    output ``[N, out_channels]``.
     """
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
@@ -77,13 +81,26 @@ class GCNConv(torch.nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 2:
             raise ValueError("x must be a 2-D Tensor [num_nodes, in_channels]")
         if self.cached and self._cached_graph is not None:
-            graph = self._cached_graph
+            graph, sparse_weight, sparse = self._cached_graph
+            if sparse:  # the adjacency's weights of the first call, as PyG caches them
+                edge_weight = sparse_weight
         else:
-            graph = self._graphs.get(edge_index, x.size(0), x.size(0))
+            sparse = is_sparse_adjacency(edge_index)
+            graph, edge_weight = self._graphs.get_weighted("GCNConv", edge_index, edge_weight,
+                                                           x.size(0), x.size(0))
             if self.cached:
-                self._cached_graph = graph
+                self._cached_graph = (graph, edge_weight, sparse)
         x = self.lin(x)
-        out = gcn_propagate(graph, x, edge_weight, self.improved, self.add_self_loops, self.normalize)
+        add_self_loops = self.add_self_loops
+        if sparse and add_self_loops:
+            # PyG's gcn_norm adds a loop of weight fill_value to every node of a sparse
+            # adjacency, next to any loop it has (an edge_index's loops are replaced instead).
+            fill = 2.0 if self.improved else 1.0
+            if edge_weight is not None or fill != 1.0:
+                w = x.new_ones(graph.num_edges) if edge_weight is None else edge_weight.to(x.dtype)
+                edge_weight = torch.cat([w, w.new_full((graph.num_dst,), fill)])
+            graph, add_self_loops = graph.with_added_self_loops(), False
+        out = gcn_propagate(graph, x, edge_weight, self.improved, add_self_loops, self.normalize)
         if self.bias is not None:
             out = out + self.bias
         return out

@@ -29,8 +29,10 @@ class GraphConv(torch.nn.Module):
             (default: ``'add'``)
         bias (bool): bias of ``lin_rel``. (default: ``True``)
 
-    Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_weight ``[E]`` optional;
-    size ``(N_src, N_dst)`` optional; output ``[N_dst, out_channels]``.
+    Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_index ``[2, E]`` or a
+    sparse ``adj_t [N_dst, N_src]`` (``torch.sparse`` COO, CSR or CSC) whose values are the
+    edge weights; edge_weight ``[E]`` optional (not with ``adj_t``); size ``(N_src, N_dst)``
+    optional; output ``[N_dst, out_channels]``.
     """
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
@@ -58,12 +60,14 @@ class GraphConv(torch.nn.Module):
                 size: Optional[Tuple[int, int]] = None) -> Tensor:
         x_src, x_dst = split_pair(x)
         num_src, num_dst = _sizes(x_src, x_dst, size)
-        graph = self._graphs.get(edge_index, num_src, num_dst)
+        graph, edge_weight = self._graphs.get_weighted("GraphConv", edge_index, edge_weight,
+                                                       num_src, num_dst)
         reduce = _AGGR[self.aggr]
         if reduce in ("max", "min"):
             if edge_weight is not None:
                 raise NotImplementedError(f"gnnio.nn.GraphConv(aggr={self.aggr!r}) does not support "
-                                          "edge_weight yet")
+                                          "edge weights yet (edge_weight, or a sparse adjacency "
+                                          "whose values are not all 1)")
             out = segment_reduce(graph, x_src, reduce)
         else:
             out = spmm(graph, x_src, edge_weight, reduce)

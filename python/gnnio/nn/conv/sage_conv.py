@@ -6,7 +6,7 @@ from torch import Tensor
 
 from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
 from gnnio.nn.conv.graph_conv import _sizes
-from gnnio.ops import segment_reduce
+from gnnio.ops import segment_reduce, spmm
 
 
 class SAGEConv(torch.nn.Module):
@@ -30,8 +30,10 @@ class SAGEConv(torch.nn.Module):
             \mathbf{x}_j + \mathbf{b})`. (default: ``False``)
         bias (bool): bias of ``lin_l``. (default: ``True``)
 
-    Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; size optional; output
-    ``[N_dst, out_channels]``.
+    Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_index ``[2, E]`` or a
+    sparse ``adj_t [N_dst, N_src]`` (``torch.sparse`` COO, CSR or CSC), whose values weight the
+    messages as PyG's spmm does (mean: :math:`\sum_j w_{ji} x_j / \deg_i`; max / min only with
+    values all 1); size optional; output ``[N_dst, out_channels]``.
     """
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
@@ -68,8 +70,15 @@ class SAGEConv(torch.nn.Module):
         if self.project:
             x_src = self.lin(x_src).relu()
         num_src, num_dst = _sizes(x_src, x_dst, size)
-        graph = self._graphs.get(edge_index, num_src, num_dst)
-        out = self.lin_l(segment_reduce(graph, x_src, self.aggr))
+        graph, weight = self._graphs.get_weighted("SAGEConv", edge_index, None, num_src, num_dst)
+        if weight is None:
+            out = segment_reduce(graph, x_src, self.aggr)
+        elif self.aggr == "mean":  # PyG's spmm of a sparse adjacency: sum_j w_ji x_j / deg_i
+            out = spmm(graph, x_src, weight, "mean")
+        else:
+            raise NotImplementedError(f"gnnio.nn.SAGEConv(aggr={self.aggr!r}) does not support a "
+                                      "sparse adjacency whose values are not all 1 yet")
+        out = self.lin_l(out)
         if self.root_weight and x_dst is not None:
             out = out + self.lin_r(x_dst)
         if self.normalize:
