@@ -46,7 +46,7 @@ def version_of(t: torch.Tensor):
 
 
 class GraphCache:
-    """Per-layer cache of the Graph built from a plain edge_index Tensor.
+    """Per-layer cache of the Graph built from a plain edge_index Tensor or a sparse adjacency.
 
     The Graph is reused while the caller passes the same tensor object, unmodified (same
     version counter) and with the same node counts; anything else builds a new one. This is what
@@ -85,12 +85,16 @@ class GraphCache:
         """(graph, edge weights): ``edge_weight`` as given for an edge_index; for a sparse
         adjacency its values, which PyG's spmm multiplies by (None when they are all ones and
         need no gradient: checked once per adjacency, so the unweighted caches serve)."""
-        graph = self.get(edge_index, num_src, num_dst)
         if not is_sparse_adjacency(edge_index):
-            return graph, edge_weight
+            return self.get(edge_index, num_src, num_dst), edge_weight
         if edge_weight is not None:
             raise ValueError(f"gnnio.nn.{layer}: edge_weight cannot be given with a sparse "
                              "adjacency (PyG would ignore it): its values are the edge weights")
+        if edge_index.layout == torch.sparse_coo and not edge_index.is_coalesced():
+            # PyG's spmm makes CSR of a COO adjacency: duplicate entries become one, their
+            # values summed (a mean counts them once, a max sees the sum).
+            edge_index = self._coalesce(edge_index)
+        graph = self.get(edge_index, num_src, num_dst)
         values = adjacency_values(edge_index)
         if values.dim() != 1:
             raise NotImplementedError(f"gnnio.nn.{layer}: a sparse adjacency with "
@@ -104,8 +108,18 @@ class GraphCache:
             self._unit_values = bool((values == 1).all())
         return graph, None if self._unit_values else values
 
+    def _coalesce(self, adj: torch.Tensor) -> torch.Tensor:
+        """adj.coalesce(), kept while the same unmodified adjacency is passed (so its Graph is
+        too); recomputed when its values need a gradient (coalesce carries it)."""
+        if adj.requires_grad and torch.is_grad_enabled():
+            return adj.coalesce()
+        key = adjacency_key(adj)
+        if self._coalesced is None or self._coalesced[0]() is not adj or self._coalesced[1] != key:
+            self._coalesced = (weakref.ref(adj), key, adj.coalesce())
+        return self._coalesced[2]
+
     def clear(self):
-        self._key = self._graph = self._unit_values = None
+        self._key = self._graph = self._unit_values = self._coalesced = None
 
 
 class _LinearsOfOneInput(torch.autograd.Function):

@@ -63,7 +63,7 @@ class GCNConv(torch.nn.Module):
         else:
             self.register_parameter("bias", None)
         self._graphs = GraphCache()
-        self._cached_graph = None
+        self._cached_graph = self._cached_adjacency = None
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -71,7 +71,7 @@ class GCNConv(torch.nn.Module):
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
         self._graphs.clear()
-        self._cached_graph = None
+        self._cached_graph = self._cached_adjacency = None
 
     def forward(self, x: Tensor, edge_index, edge_weight: Optional[Tensor] = None) -> Tensor:
         if isinstance(x, (tuple, list)):
@@ -81,15 +81,16 @@ class GCNConv(torch.nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 2:
             raise ValueError("x must be a 2-D Tensor [num_nodes, in_channels]")
         if self.cached and self._cached_graph is not None:
-            graph, sparse_weight, sparse = self._cached_graph
+            graph, sparse = self._cached_graph, self._cached_adjacency is not None
             if sparse:  # the adjacency's weights of the first call, as PyG caches them
-                edge_weight = sparse_weight
+                edge_weight = self._cached_adjacency[0]
         else:
             sparse = is_sparse_adjacency(edge_index)
             graph, edge_weight = self._graphs.get_weighted("GCNConv", edge_index, edge_weight,
                                                            x.size(0), x.size(0))
             if self.cached:
-                self._cached_graph = (graph, edge_weight, sparse)
+                self._cached_graph = graph
+                self._cached_adjacency = (edge_weight,) if sparse else None
         x = self.lin(x)
         add_self_loops = self.add_self_loops
         if sparse and add_self_loops:
