@@ -1,6 +1,7 @@
 """What every gnnio layer shares: turning the edge_index argument into a cached Graph, splitting
 (x_src, x_dst) pairs, and refusing PyG options that a layer does not implement yet."""
 import inspect
+import math
 import weakref
 from typing import Optional, Tuple
 
@@ -22,11 +23,68 @@ def check_kwargs(layer: str, kwargs: dict) -> None:
 
 
 def check_channels(layer: str, *channels) -> None:
+    """Output sizes, heads and edge_dim: positive ints."""
     for c in channels:
-        if not isinstance(c, int) or c <= 0:
-            raise NotImplementedError(
-                f"gnnio.nn.{layer}: lazy or non-positive channel sizes ({c!r}) are not supported; "
-                "give the input size explicitly")
+        if not isinstance(c, int) or isinstance(c, bool) or c <= 0:
+            raise ValueError(f"gnnio.nn.{layer}: sizes must be positive ints, got {c!r}")
+
+
+def check_in_channels(layer: str, *channels) -> None:
+    """Input sizes: positive ints, or -1 (any int <= 0, as PyG's Linear) for a size inferred from
+    the first input (lazy initialisation, see :func:`linear`)."""
+    for c in channels:
+        if not isinstance(c, int) or isinstance(c, bool):
+            raise ValueError(f"gnnio.nn.{layer}: input sizes must be ints (-1 for lazy), got {c!r}")
+
+
+def glorot(t: torch.Tensor) -> None:
+    """PyG's glorot: U(-a, a), a = sqrt(6 / (fan_in + fan_out)) over the last two dims."""
+    a = math.sqrt(6.0 / (t.size(-2) + t.size(-1)))
+    with torch.no_grad():
+        t.uniform_(-a, a)
+
+
+def reset_linear(lin: torch.nn.Linear, weight_initializer: Optional[str] = None) -> None:
+    """PyG's Linear.reset_parameters: 'glorot' or (None) kaiming_uniform(a=sqrt(5)) for the
+    weight, U(-1/sqrt(in), 1/sqrt(in)) for the bias; the same formulas as PyG, so a seeded
+    construction gives the same numbers. A lazy linear not yet materialised is left alone (it
+    is initialised so when its input size is known)."""
+    fan = lin.in_features
+    if fan <= 0 or torch.nn.parameter.is_lazy(lin.weight):
+        return
+    with torch.no_grad():
+        if weight_initializer == "glorot":
+            glorot(lin.weight)
+        else:
+            bound = math.sqrt(6 / ((1 + math.sqrt(5) ** 2) * fan))
+            lin.weight.uniform_(-bound, bound)
+        if lin.bias is not None:
+            bound = 1.0 / math.sqrt(fan)
+            lin.bias.uniform_(-bound, bound)
+
+
+class _LazyLinear(torch.nn.LazyLinear):
+    """torch's LazyLinear, initialised as PyG's Linear(-1, ...) is once the first input gives its
+    size (by `weight_initializer`); it then becomes a plain torch.nn.Linear (so the fused
+    multi-linear and reassociated paths take it). A state_dict loaded before the first call
+    materialises it with the loaded values."""
+
+    def __init__(self, out_features: int, bias: bool, weight_initializer: Optional[str]):
+        self.weight_initializer = weight_initializer
+        super().__init__(out_features, bias=bias)
+
+    def reset_parameters(self) -> None:
+        if self.in_features != 0 and not self.has_uninitialized_params():
+            reset_linear(self, self.weight_initializer)
+
+
+def linear(in_features: int, out_features: int, bias: bool = True,
+           weight_initializer: Optional[str] = None) -> torch.nn.Module:
+    """torch.nn.Linear, or for ``in_features <= 0`` (PyG's lazy -1) one whose input size comes
+    from its first input. The caller initialises a materialised one (reset_linear)."""
+    if in_features > 0:
+        return torch.nn.Linear(in_features, out_features, bias=bias)
+    return _LazyLinear(out_features, bias, weight_initializer)
 
 
 def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:

@@ -7,7 +7,8 @@ from torch.nn import Parameter
 
 from gnnio.adjacency import is_sparse_adjacency, set_values, sorted_adjacency
 from gnnio.graph import Graph
-from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
+from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
+                               glorot, linear, reset_linear, split_pair)
 from gnnio.nn.conv.graph_conv import _sizes
 from gnnio.ops import graph_attention, head_scores
 
@@ -16,29 +17,7 @@ from gnnio.ops import graph_attention, head_scores
 _FILL_REDUCTIONS = ("add", "sum", "mean", "min", "max", "mul", "any")
 
 
-def _glorot(t: Tensor) -> None:
-    """PyG's glorot: U(-a, a), a = sqrt(6 / (fan_in + fan_out)) over the last two dims."""
-    a = math.sqrt(6.0 / (t.size(-2) + t.size(-1)))
-    with torch.no_grad():
-        t.uniform_(-a, a)
-
-
-def _reset_linear(lin: torch.nn.Linear, weight_initializer: Optional[str] = None) -> None:
-    """PyG's Linear.reset_parameters: 'glorot' or (None) kaiming_uniform(a=sqrt(5)) for the
-    weight, U(-1/sqrt(in), 1/sqrt(in)) for the bias; the same formulas as PyG, so a seeded
-    construction gives the same numbers."""
-    fan = lin.in_features
-    if fan <= 0:
-        return
-    with torch.no_grad():
-        if weight_initializer == "glorot":
-            _glorot(lin.weight)
-        else:
-            bound = math.sqrt(6 / ((1 + math.sqrt(5) ** 2) * fan))
-            lin.weight.uniform_(-bound, bound)
-        if lin.bias is not None:
-            bound = 1.0 / math.sqrt(fan)
-            lin.bias.uniform_(-bound, bound)
+_glorot, _reset_linear = glorot, reset_linear  # the names the attention layers share
 
 
 def _check_aggr(layer: str, kwargs: dict) -> None:
@@ -217,7 +196,8 @@ class GATConv(torch.nn.Module):
                  residual: bool = False, **kwargs):
         _check_aggr("GATConv", kwargs)
         pair = (in_channels, in_channels) if isinstance(in_channels, int) else tuple(in_channels)
-        check_channels("GATConv", *pair, out_channels, heads)
+        check_in_channels("GATConv", *pair)
+        check_channels("GATConv", out_channels, heads)
         if edge_dim is not None:
             check_channels("GATConv", edge_dim)
         _check_fill_value("GATConv", fill_value)
@@ -230,10 +210,10 @@ class GATConv(torch.nn.Module):
         self.residual = residual
         self.lin = self.lin_src = self.lin_dst = None
         if isinstance(in_channels, int):
-            self.lin = torch.nn.Linear(in_channels, heads * out_channels, bias=False)
+            self.lin = linear(in_channels, heads * out_channels, False, "glorot")
         else:
-            self.lin_src = torch.nn.Linear(pair[0], heads * out_channels, bias=False)
-            self.lin_dst = torch.nn.Linear(pair[1], heads * out_channels, bias=False)
+            self.lin_src = linear(pair[0], heads * out_channels, False, "glorot")
+            self.lin_dst = linear(pair[1], heads * out_channels, False, "glorot")
         self.att_src = Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = Parameter(torch.empty(1, heads, out_channels))
         if edge_dim is not None:
@@ -244,7 +224,7 @@ class GATConv(torch.nn.Module):
             self.register_parameter("att_edge", None)
         total = out_channels * (heads if concat else 1)
         if residual:
-            self.res = torch.nn.Linear(pair[1], total, bias=False)
+            self.res = linear(pair[1], total, False, "glorot")
         else:
             self.register_parameter("res", None)
         if bias:

@@ -4,7 +4,8 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
-from gnnio.nn._common import GraphCache, check_channels, linears_of_one_input, split_pair
+from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, linear,
+                               linears_of_one_input, split_pair)
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
                                     _combine_heads, _glorot, _op_bias, _reset_linear,
                                     _returned_weights, _with_self_loops)
@@ -51,7 +52,8 @@ class GATv2Conv(torch.nn.Module):
                  share_weights: bool = False, residual: bool = False, **kwargs):
         _check_aggr("GATv2Conv", kwargs)
         pair = (in_channels, in_channels) if isinstance(in_channels, int) else tuple(in_channels)
-        check_channels("GATv2Conv", *pair, out_channels, heads)
+        check_in_channels("GATv2Conv", *pair)
+        check_channels("GATv2Conv", out_channels, heads)
         if edge_dim is not None:
             check_channels("GATv2Conv", edge_dim)
         _check_fill_value("GATv2Conv", fill_value)
@@ -62,11 +64,11 @@ class GATv2Conv(torch.nn.Module):
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops, self.edge_dim, self.fill_value = add_self_loops, edge_dim, fill_value
         self.residual, self.share_weights = residual, share_weights
-        self.lin_l = torch.nn.Linear(pair[0], heads * out_channels, bias=bias)
+        self.lin_l = linear(pair[0], heads * out_channels, bias, "glorot")
         if share_weights:
             self.lin_r = self.lin_l
         else:
-            self.lin_r = torch.nn.Linear(pair[1], heads * out_channels, bias=bias)
+            self.lin_r = linear(pair[1], heads * out_channels, bias, "glorot")
         self.att = Parameter(torch.empty(1, heads, out_channels))
         if edge_dim is not None:
             self.lin_edge = torch.nn.Linear(edge_dim, heads * out_channels, bias=False)
@@ -74,7 +76,7 @@ class GATv2Conv(torch.nn.Module):
             self.lin_edge = None
         total = out_channels * (heads if concat else 1)
         if residual:
-            self.res = torch.nn.Linear(pair[1], total, bias=False)
+            self.res = linear(pair[1], total, False, "glorot")
         else:
             self.register_parameter("res", None)
         if bias:

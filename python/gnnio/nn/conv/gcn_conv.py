@@ -5,7 +5,8 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from gnnio.adjacency import is_sparse_adjacency
-from gnnio.nn._common import GraphCache, check_channels, check_kwargs
+from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs, linear,
+                               reset_linear)
 from gnnio.ops import gcn_propagate
 
 
@@ -24,7 +25,8 @@ class GCNConv(torch.nn.Module):
     over the destination CSR; the backward pass uses the cached transpose.
 
     Args:
-        in_channels (int), out_channels (int): feature sizes (lazy ``-1`` is not supported).
+        in_channels (int), out_channels (int): feature sizes (``in_channels=-1``: lazy, from
+            the first input).
         improved (bool): self loops of weight 2. (default: ``False``)
         cached (bool): keep the normalised structure of the first call for every later call, as
             PyG does (for transductive learning). Without it gnnio still caches the Graph and
@@ -47,7 +49,8 @@ class GCNConv(torch.nn.Module):
         if kwargs.get("aggr", "add") == "add":
             kwargs.pop("aggr", None)
         check_kwargs("GCNConv", kwargs)
-        check_channels("GCNConv", in_channels, out_channels)
+        check_in_channels("GCNConv", in_channels)
+        check_channels("GCNConv", out_channels)
         super().__init__()
         if add_self_loops is None:
             add_self_loops = normalize
@@ -57,7 +60,7 @@ class GCNConv(torch.nn.Module):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.improved, self.cached = improved, cached
         self.add_self_loops, self.normalize = add_self_loops, normalize
-        self.lin = torch.nn.Linear(in_channels, out_channels, bias=False)
+        self.lin = linear(in_channels, out_channels, False, "glorot")
         if bias:
             self.bias = Parameter(torch.empty(out_channels))
         else:
@@ -67,7 +70,7 @@ class GCNConv(torch.nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        torch.nn.init.xavier_uniform_(self.lin.weight)  # PyG's 'glorot'
+        reset_linear(self.lin, "glorot")
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
         self._graphs.clear()

@@ -3,7 +3,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
+from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
+                               linear, split_pair)
 from gnnio.ops import segment_reduce, spmm
 
 _AGGR = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}
@@ -44,10 +45,11 @@ class GraphConv(torch.nn.Module):
         super().__init__()
         if isinstance(in_channels, int):
             in_channels = (in_channels, in_channels)
-        check_channels("GraphConv", *in_channels, out_channels)
+        check_in_channels("GraphConv", *in_channels)
+        check_channels("GraphConv", out_channels)
         self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
-        self.lin_rel = torch.nn.Linear(in_channels[0], out_channels, bias=bias)
-        self.lin_root = torch.nn.Linear(in_channels[1], out_channels, bias=False)
+        self.lin_rel = linear(in_channels[0], out_channels, bias)
+        self.lin_root = linear(in_channels[1], out_channels, False)
         self._graphs = GraphCache()
         self.reset_parameters()
 

@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from gnnio.nn._common import GraphCache, check_channels, check_kwargs, split_pair
+from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
+                               linear, split_pair)
 from gnnio.nn.conv.graph_conv import _sizes
 from gnnio.ops import segment_reduce, spmm
 
@@ -46,14 +47,18 @@ class SAGEConv(torch.nn.Module):
         super().__init__()
         if isinstance(in_channels, int):
             in_channels = (in_channels, in_channels)
-        check_channels("SAGEConv", *in_channels, out_channels)
+        check_in_channels("SAGEConv", *in_channels)
+        check_channels("SAGEConv", out_channels)
         self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
         self.normalize, self.root_weight, self.project = normalize, root_weight, project
         if project:
+            if in_channels[0] <= 0:
+                raise ValueError(f"'{self.__class__.__name__}' does not support lazy "
+                                 "initialization with `project=True`")
             self.lin = torch.nn.Linear(in_channels[0], in_channels[0], bias=True)
-        self.lin_l = torch.nn.Linear(in_channels[0], out_channels, bias=bias)
+        self.lin_l = linear(in_channels[0], out_channels, bias)
         if root_weight:
-            self.lin_r = torch.nn.Linear(in_channels[1], out_channels, bias=False)
+            self.lin_r = linear(in_channels[1], out_channels, False)
         self._graphs = GraphCache()
         self.reset_parameters()
 

@@ -4,7 +4,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, linears_of_one_input,
+from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, check_in_channels, linear,
+                               linears_of_one_input,
                               split_pair)
 from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _reset_linear, _returned_edge_index
 from gnnio.ops import attention_weights, graph_attention
@@ -64,7 +65,8 @@ class TransformerConv(torch.nn.Module):
                  **kwargs):
         _check_aggr("TransformerConv", kwargs)
         pair = (in_channels, in_channels) if isinstance(in_channels, int) else tuple(in_channels)
-        check_channels("TransformerConv", *pair, out_channels, heads)
+        check_in_channels("TransformerConv", *pair)
+        check_channels("TransformerConv", out_channels, heads)
         if edge_dim is not None:
             check_channels("TransformerConv", edge_dim)
         if not 0.0 <= dropout < 1.0:
@@ -73,15 +75,15 @@ class TransformerConv(torch.nn.Module):
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.beta = beta and root_weight
         self.root_weight, self.concat, self.dropout, self.edge_dim = root_weight, concat, dropout, edge_dim
-        self.lin_key = torch.nn.Linear(pair[0], heads * out_channels, bias=bias)
-        self.lin_query = torch.nn.Linear(pair[1], heads * out_channels, bias=bias)
-        self.lin_value = torch.nn.Linear(pair[0], heads * out_channels, bias=bias)
+        self.lin_key = linear(pair[0], heads * out_channels, bias)
+        self.lin_query = linear(pair[1], heads * out_channels, bias)
+        self.lin_value = linear(pair[0], heads * out_channels, bias)
         if edge_dim is not None:
             self.lin_edge = torch.nn.Linear(edge_dim, heads * out_channels, bias=False)
         else:
             self.register_parameter("lin_edge", None)
         skip = heads * out_channels if concat else out_channels
-        self.lin_skip = torch.nn.Linear(pair[1], skip, bias=bias)
+        self.lin_skip = linear(pair[1], skip, bias)
         if self.beta:
             self.lin_beta = torch.nn.Linear(3 * skip, 1, bias=False)
         else:
