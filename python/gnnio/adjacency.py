@@ -83,9 +83,18 @@ def adjacency_values(adj: torch.Tensor) -> torch.Tensor:
     return adj.values()
 
 
+def adjacency_values_2d(adj: torch.Tensor) -> Optional[torch.Tensor]:
+    """The values when they have dense dimensions ([E, D]: PyG's message passing then takes
+    them as edge_attr where none is given), else None."""
+    values = adjacency_values(adj)
+    return values if values.dim() > 1 else None
+
+
 def adjacency_key(adj: torch.Tensor) -> tuple:
-    """What identifies the structure of adj_t for a cache: its index storage and the version
-    counter its components share (any in-place change bumps it)."""
+    """What identifies adj_t for a cache: its index storage and the version counter its
+    components share, which in-place changes through the tensor's own accessors (``values()``,
+    ``col_indices()``, ...) bump. Changes through the tensors it was built from are not seen
+    (torch gives the sparse tensor a version counter of its own)."""
     if adj.layout == torch.sparse_coo:
         parts = (adj._indices(),)
     elif adj.layout == torch.sparse_csr:
@@ -98,10 +107,12 @@ def adjacency_key(adj: torch.Tensor) -> tuple:
 
 def set_values(adj: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """adj_t's own structure holding ``values`` (one row per stored entry, in storage order),
-    as PyG's ``set_sparse_value`` builds it (a COO result is coalesced)."""
+    as PyG's ``set_sparse_value`` builds it. (PyG coalesces a COO result: a no-op for the
+    coalesced COO it takes; an uncoalesced one keeps its entries, so each holds its own row.)"""
     shape = tuple(adj.shape[:2]) + tuple(values.shape[1:])
     if adj.layout == torch.sparse_coo:
-        return torch.sparse_coo_tensor(adj._indices(), values, shape).coalesce()
+        return torch.sparse_coo_tensor(adj._indices(), values, shape,
+                                       is_coalesced=adj.is_coalesced())
     if adj.layout == torch.sparse_csr:
         return torch.sparse_csr_tensor(adj.crow_indices(), adj.col_indices(), values, shape)
     return torch.sparse_csc_tensor(adj.ccol_indices(), adj.row_indices(), values, shape)

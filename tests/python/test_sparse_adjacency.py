@@ -301,8 +301,20 @@ def test_graph_of_adjacency_is_the_graph_of_its_edges(device, graph_id, ei, size
         assert torch.equal(a, b)
     for a, b in zip(ours.csr_by_src, ref.csr_by_src):
         assert torch.equal(a, b)
-    if layout == "csr":  # its own CSR, not a sort of it
-        assert torch.equal(ours.csr_by_dst.rowptr.long(), adj.crow_indices())
+
+
+@pytest.mark.parametrize("layout,sorts", [("csr", 0), ("coo", 0), ("csc", 1)])
+def test_graph_of_adjacency_sorts_only_what_it_lacks(monkeypatch, layout, sorts):
+    """A CSR (or coalesced COO) adj_t is the destination-major CSR already; a CSC one is the
+    source-major CSR, so only csr_by_dst is sorted; the transpose of a CSR is sorted once."""
+    built = []
+    original = gnnio.Graph._build
+    monkeypatch.setattr(gnnio.Graph, "_build", lambda self, *a: built.append(1) or original(self, *a))
+    ei, n = random_graph(50, 300)
+    g = gnnio.Graph(adjacency(coalesced_edges(ei, (n, n)), (n, n), None, layout))
+    assert len(built) == sorts
+    g.csr_by_src
+    assert len(built) == 1
 
 
 def test_graph_of_uncoalesced_coo_keeps_its_storage_order(device):
@@ -337,6 +349,88 @@ def test_layer_reuses_the_graph_of_an_unmodified_adjacency():
     torch.testing.assert_close(out - layer.lin_root(x), 3.0 * (first - layer.lin_root(x)))
 
 
+def test_values_that_need_a_gradient_are_read_on_every_call():
+    """Learnable edge weights that start at 1: an evaluation under no_grad before training must
+    not fix them at 1 for later calls (the optimiser changes them in place, through the tensor
+    the adjacency was built from, which torch does not version with it)."""
+    ei, n = random_graph(30, 100)
+    ei = coalesced_edges(ei, (n, n))
+    w = torch.ones(ei.size(1), requires_grad=True)
+    structure = adjacency(ei, (n, n), None, "csr")
+    adj = torch.sparse_csr_tensor(structure.crow_indices(), structure.col_indices(), w,
+                                  structure.shape)  # its values are w's storage
+    layer = gnnio.nn.GraphConv(4, 3, bias=False)
+    x = torch.randn(n, 4)
+    with torch.no_grad():
+        first = layer(x, adj) - layer.lin_root(x)
+        w.mul_(3.0)
+        torch.testing.assert_close(layer(x, adj) - layer.lin_root(x), 3.0 * first)
+
+
+@pytest.mark.parametrize("name,opts", [("SAGEConv", {}), ("GraphConv", {}),
+                                       ("GATConv", {"add_self_loops": False})])
+def test_missing_destination_features_take_the_adjacency_shape(name, opts):
+    """(x_src, None) with a rectangular adj_t: the destination count is adj_t.size(0), as in PyG."""
+    ei, _ = random_graph(12, 60)
+    ei[1] %= 5
+    ei = coalesced_edges(ei, (12, 5))
+    pyg, ours = make_pair(name, 6, 4, **opts)
+    x = torch.randn(12, 6)
+    adj = adjacency(ei, (12, 5), torch.ones(ei.size(1)), "csr")
+    out = ours((x, None), adj)
+    assert out.shape[0] == 5
+    torch.testing.assert_close(out, pyg((x, None), adj), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["GATConv", "GATv2Conv", "TransformerConv"])
+def test_attention_reads_values_only_as_missing_edge_features(name):
+    """1-D values are not read; [E, D] values are the edge features of a layer with edge_dim that
+    is given no edge_attr (PyG's message passing takes them so)."""
+    ei, n = random_graph(25, 120)
+    ei = coalesced_edges(ei, (n, n))
+    x = torch.randn(n, 6, dtype=torch.float64)
+    _, plain = make_pair(name, 6, 4, heads=2, **({} if name == "TransformerConv" else
+                                                  {"add_self_loops": False}))
+    plain = plain.double()
+    w = torch.rand(ei.size(1), dtype=torch.float64) + 0.5
+    ones = torch.ones_like(w)
+    assert torch.equal(plain(x, adjacency(ei, (n, n), w, "csr")),
+                       plain(x, adjacency(ei, (n, n), ones, "csr")))
+    opts = {"edge_dim": 3} if name == "TransformerConv" else {"edge_dim": 3, "add_self_loops": False}
+    pyg, ours = make_pair(name, 6, 4, heads=2, **opts)
+    pyg, ours = pyg.double(), ours.double()
+    feats = torch.randn(ei.size(1), 3, dtype=torch.float64)
+    adj = adjacency(ei, (n, n), feats, "coo")
+    out = ours(x, adj)
+    torch.testing.assert_close(out, ours(x, adj, feats), rtol=0, atol=0)
+    torch.testing.assert_close(out, pyg(x, adj), rtol=1e-12, atol=1e-12)
+
+
+def test_uncoalesced_coo_with_learnable_values_builds_its_graph_once(monkeypatch):
+    built = []
+    original = gnnio.Graph.__init__
+    monkeypatch.setattr(gnnio.Graph, "__init__",
+                        lambda self, *a, **k: built.append(1) or original(self, *a, **k))
+    ij = torch.tensor([[1, 1, 0, 2, 1], [0, 0, 2, 1, 2]])
+    w = torch.rand(5, requires_grad=True)
+    adj = torch.sparse_coo_tensor(ij, w, (3, 3))
+    layer = gnnio.nn.GraphConv(4, 2, aggr="mean")
+    x = torch.randn(3, 4)
+    for _ in range(3):  # adj's own autograd node is reused: keep it
+        layer(x, adj).sum().backward(retain_graph=True)
+    assert len(built) == 1
+    assert w.grad[0] == w.grad[1]  # one merged entry: the two duplicates get its gradient
+
+
+def test_returned_weights_of_an_uncoalesced_coo_line_up_with_alpha():
+    ij = torch.tensor([[1, 1, 0, 2, 1], [0, 0, 2, 1, 2]])  # the duplicate (1, 0) stays two edges
+    layer = gnnio.nn.GATConv(4, 2, heads=2, add_self_loops=False)
+    _, (adj, alpha) = layer(torch.randn(3, 4), torch.sparse_coo_tensor(ij, torch.ones(5), (3, 3)),
+                            return_attention_weights=True)
+    assert adj._nnz() == alpha.size(0) == 5
+    assert torch.equal(adj._indices(), ij) and torch.equal(adj._values(), alpha)
+
+
 def _csr(n=4):
     return adjacency(torch.tensor([[0, 1, 2], [1, 2, 3]]), (n, n), torch.rand(3), "csr")
 
@@ -357,7 +451,7 @@ def test_bad_adjacency_inputs():
     ints = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 2]]), torch.tensor([1, 2]), (4, 4))
     with pytest.raises(TypeError, match="floating point"):
         gnnio.nn.GCNConv(3, 2)(x, ints)
-    with pytest.raises(ValueError, match="shape"):  # 4 feature rows, 5 x 5 adjacency
+    with pytest.raises(ValueError, match="rows"):  # 4 feature rows, 5 x 5 adjacency
         gnnio.nn.GATConv(3, 2)(x, _csr(5))
     with pytest.raises(ValueError, match="shape"):  # GCNConv needs a square adjacency
         gnnio.nn.GCNConv(3, 2)(x, adjacency(torch.tensor([[0], [1]]), (4, 3), None, "csr"))

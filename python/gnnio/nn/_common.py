@@ -141,8 +141,9 @@ class GraphCache:
     def get_weighted(self, layer: str, edge_index, edge_weight, num_src: int,
                      num_dst: Optional[int]) -> Tuple[Graph, Optional[torch.Tensor]]:
         """(graph, edge weights): ``edge_weight`` as given for an edge_index; for a sparse
-        adjacency its values, which PyG's spmm multiplies by (None when they are all ones and
-        need no gradient: checked once per adjacency, so the unweighted caches serve)."""
+        adjacency its values, which PyG's spmm multiplies by. None instead when they are all 1
+        and need no gradient (checked once per adjacency, so the unweighted caches serve; values
+        that require grad are always passed on, as training changes them in place)."""
         if not is_sparse_adjacency(edge_index):
             return self.get(edge_index, num_src, num_dst), edge_weight
         if edge_weight is not None:
@@ -151,30 +152,31 @@ class GraphCache:
         if edge_index.layout == torch.sparse_coo and not edge_index.is_coalesced():
             # PyG's spmm makes CSR of a COO adjacency: duplicate entries become one, their
             # values summed (a mean counts them once, a max sees the sum).
-            edge_index = self._coalesce(edge_index)
-        graph = self.get(edge_index, num_src, num_dst)
-        values = adjacency_values(edge_index)
+            structure, values = self._coalesce(edge_index)
+        else:
+            structure, values = edge_index, adjacency_values(edge_index)
+        graph = self.get(structure, num_src, num_dst)
         if values.dim() != 1:
             raise NotImplementedError(f"gnnio.nn.{layer}: a sparse adjacency with "
                                       f"{values.dim() - 1} dense value dimensions is not supported")
         if not values.dtype.is_floating_point:
             raise TypeError(f"gnnio.nn.{layer}: the sparse adjacency's values must be floating "
                             f"point, got {values.dtype}")
-        if values.requires_grad and torch.is_grad_enabled():
+        if values.requires_grad:
             return graph, values
         if self._unit_values is None:
             self._unit_values = bool((values == 1).all())
         return graph, None if self._unit_values else values
 
-    def _coalesce(self, adj: torch.Tensor) -> torch.Tensor:
-        """adj.coalesce(), kept while the same unmodified adjacency is passed (so its Graph is
-        too); recomputed when its values need a gradient (coalesce carries it)."""
-        if adj.requires_grad and torch.is_grad_enabled():
-            return adj.coalesce()
+    def _coalesce(self, adj: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(structure, values) of adj.coalesce(). The structure (a coalesced copy without
+        gradient) is kept while the same unmodified adjacency is passed, so its Graph is too; the
+        values come through adj.coalesce() when they need a gradient (same entry order)."""
         key = adjacency_key(adj)
         if self._coalesced is None or self._coalesced[0]() is not adj or self._coalesced[1] != key:
-            self._coalesced = (weakref.ref(adj), key, adj.coalesce())
-        return self._coalesced[2]
+            self._coalesced = (weakref.ref(adj), key, adj.detach().coalesce())
+        structure = self._coalesced[2]
+        return structure, adj.coalesce().values() if adj.requires_grad else structure.values()
 
     def clear(self):
         self._key = self._graph = self._unit_values = self._coalesced = None

@@ -5,7 +5,8 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
-from gnnio.adjacency import is_sparse_adjacency, set_values, sorted_adjacency
+from gnnio.adjacency import (adjacency_values_2d, is_sparse_adjacency, set_values,
+                              sorted_adjacency)
 from gnnio.graph import Graph
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
                                glorot, linear, reset_linear, split_pair)
@@ -126,6 +127,14 @@ def _returned_edge_index(edge_index, graph: Graph, added_loops: bool) -> Tensor:
     if not added_loops and isinstance(edge_index, Tensor):
         return edge_index
     return graph.edge_index.long()
+
+
+def _edge_attr_of(edge_index, edge_attr: Optional[Tensor], lin_edge) -> Optional[Tensor]:
+    """edge_attr, or for a layer with edge_dim given none, a sparse adjacency's [E, D] values:
+    PyG's message passing takes those as the edge features."""
+    if edge_attr is None and lin_edge is not None and is_sparse_adjacency(edge_index):
+        return adjacency_values_2d(edge_index)
+    return edge_attr
 
 
 def _returned_weights(edge_index, graph: Graph, added_loops: bool, alpha: Tensor):
@@ -260,8 +269,9 @@ class GATConv(torch.nn.Module):
         h_src = lin_src(x_src).view(-1, H, C)
         h_dst = None if x_dst is None else (h_src if shared else lin_dst(x_dst).view(-1, H, C))
 
-        num_src, num_dst = _sizes(x_src, x_dst, size)
+        num_src, num_dst = _sizes(x_src, x_dst, size, edge_index)
         graph = self._graphs.get(edge_index, num_src, num_dst)
+        edge_attr = _edge_attr_of(edge_index, edge_attr, self.lin_edge)
         if self.lin_edge is None:
             edge_attr = None  # PyG ignores edge features without edge_dim
         elif edge_attr is not None:

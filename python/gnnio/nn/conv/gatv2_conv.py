@@ -7,8 +7,8 @@ from torch.nn import Parameter
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, linear,
                                linears_of_one_input, split_pair)
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
-                                    _combine_heads, _glorot, _op_bias, _reset_linear,
-                                    _returned_weights, _with_self_loops)
+                                    _combine_heads, _edge_attr_of, _glorot, _op_bias,
+                                    _reset_linear, _returned_weights, _with_self_loops)
 from gnnio.ops import graph_attention
 
 
@@ -119,6 +119,7 @@ class GATv2Conv(torch.nn.Module):
 
         num_src, num_dst = x_src.size(0), x_dst.size(0)
         graph = self._graphs.get(edge_index, num_src, num_dst)
+        edge_attr = _edge_attr_of(edge_index, edge_attr, self.lin_edge)
         if edge_attr is not None:
             if self.lin_edge is None:
                 raise ValueError("gnnio.nn.GATv2Conv: edge_attr was given but the layer has no "

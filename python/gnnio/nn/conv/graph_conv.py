@@ -3,6 +3,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from gnnio.adjacency import is_sparse_adjacency
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
                                linear, split_pair)
 from gnnio.ops import segment_reduce, spmm
@@ -61,7 +62,7 @@ class GraphConv(torch.nn.Module):
     def forward(self, x, edge_index, edge_weight: Optional[Tensor] = None,
                 size: Optional[Tuple[int, int]] = None) -> Tensor:
         x_src, x_dst = split_pair(x)
-        num_src, num_dst = _sizes(x_src, x_dst, size)
+        num_src, num_dst = _sizes(x_src, x_dst, size, edge_index)
         graph, edge_weight = self._graphs.get_weighted("GraphConv", edge_index, edge_weight,
                                                        num_src, num_dst)
         reduce = _AGGR[self.aggr]
@@ -69,7 +70,7 @@ class GraphConv(torch.nn.Module):
             if edge_weight is not None:
                 raise NotImplementedError(f"gnnio.nn.GraphConv(aggr={self.aggr!r}) does not support "
                                           "edge weights yet (edge_weight, or a sparse adjacency "
-                                          "whose values are not all 1)")
+                                          "whose values are not all 1 or need a gradient)")
             out = segment_reduce(graph, x_src, reduce)
         else:
             out = spmm(graph, x_src, edge_weight, reduce)
@@ -82,9 +83,12 @@ class GraphConv(torch.nn.Module):
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"
 
 
-def _sizes(x_src: Tensor, x_dst: Optional[Tensor], size) -> Tuple[int, int]:
-    """(num_src, num_dst) as PyG's propagate infers them: from `size`, else from the features;
-    a missing destination count falls back to the source count."""
+def _sizes(x_src: Tensor, x_dst: Optional[Tensor], size, edge_index=None) -> Tuple[int, int]:
+    """(num_src, num_dst) as PyG's propagate infers them: from `size`, else from a sparse
+    adjacency's shape, else from the features; a missing destination count falls back to the
+    source count."""
+    if size is None and is_sparse_adjacency(edge_index):
+        size = (edge_index.size(1), edge_index.size(0))
     if size is not None:
         if len(size) != 2:
             raise ValueError(f"size must be (num_src, num_dst), got {size}")

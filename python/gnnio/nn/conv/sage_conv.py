@@ -74,7 +74,7 @@ class SAGEConv(torch.nn.Module):
         x_src, x_dst = split_pair(x)
         if self.project:
             x_src = self.lin(x_src).relu()
-        num_src, num_dst = _sizes(x_src, x_dst, size)
+        num_src, num_dst = _sizes(x_src, x_dst, size, edge_index)
         graph, weight = self._graphs.get_weighted("SAGEConv", edge_index, None, num_src, num_dst)
         if weight is None:
             out = segment_reduce(graph, x_src, self.aggr)
@@ -82,7 +82,8 @@ class SAGEConv(torch.nn.Module):
             out = spmm(graph, x_src, weight, "mean")
         else:
             raise NotImplementedError(f"gnnio.nn.SAGEConv(aggr={self.aggr!r}) does not support a "
-                                      "sparse adjacency whose values are not all 1 yet")
+                                      "weighted max/min yet (a sparse adjacency whose values are "
+                                      "not all 1, or need a gradient)")
         out = self.lin_l(out)
         if self.root_weight and x_dst is not None:
             out = out + self.lin_r(x_dst)

@@ -7,7 +7,8 @@ from torch import Tensor
 from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, check_in_channels, linear,
                                linears_of_one_input,
                               split_pair)
-from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _reset_linear, _returned_edge_index
+from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _edge_attr_of, _reset_linear,
+                                   _returned_edge_index)
 from gnnio.ops import attention_weights, graph_attention
 from gnnio.nn.conv._reassociated import ReassociatedAttention
 from gnnio.plan import plan_attention, plan_transformer
@@ -136,6 +137,7 @@ class TransformerConv(torch.nn.Module):
             key_value = [lin(x_src) for lin in kv]
         query = query.view(-1, H, C)
         graph = self._graphs.get(edge_index, x_src.size(0), x_dst.size(0))
+        edge_attr = _edge_attr_of(edge_index, edge_attr, self.lin_edge)
         if reassociated:
             if edge_attr is not None:
                 raise ValueError("gnnio.nn.TransformerConv: edge_attr was given but the layer has "
