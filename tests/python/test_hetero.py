@@ -1,0 +1,58 @@
+"""Heterogeneous graphs: gnnio layers inside PyG's HeteroConv (one layer per edge type,
+bipartite and lazy input sizes, as PyG's hetero examples write them), against the same model of
+PyG layers with the same weights, forward and backward (layer_pairs.check_against_pyg), with
+edge_index dicts and with sparse adj_t dicts. (PyG's to_hetero needs MessagePassing modules,
+which gnnio's layers are not: docs/api.md.)"""
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+import torch_geometric.transforms as T
+from torch_geometric.data import HeteroData
+
+import gnnio.nn
+from layer_pairs import check_against_pyg
+
+EDGE_TYPES = [("author", "writes", "paper"), ("paper", "cites", "paper"),
+              ("paper", "rev_writes", "author")]
+
+
+def _data(device):
+    d = HeteroData()
+    d["paper"].x = torch.randn(30, 8)
+    d["author"].x = torch.randn(20, 6)
+    writes = torch.stack([torch.randint(0, 20, (80,)), torch.randint(0, 30, (80,))])
+    d["author", "writes", "paper"].edge_index = writes
+    d["paper", "cites", "paper"].edge_index = torch.randint(0, 30, (2, 90))
+    d["paper", "rev_writes", "author"].edge_index = writes.flip(0)
+    return d.to(device)
+
+
+def _model(lib):
+    return pyg_nn.HeteroConv({
+        EDGE_TYPES[0]: lib.SAGEConv((-1, -1), 16),
+        EDGE_TYPES[1]: lib.GATConv(-1, 8, heads=2),
+        EDGE_TYPES[2]: lib.TransformerConv((-1, -1), 16, heads=2, concat=False),
+    }, aggr="sum")
+
+
+@pytest.mark.parametrize("adjacency", ["edge_index", "adj_t"])
+def test_hetero_conv_of_gnnio_layers_matches_pyg(device, adjacency):
+    data = _data(device)
+    if adjacency == "adj_t":
+        data = T.ToSparseTensor(layout=torch.sparse_csr)(data)
+    graphs = data.edge_index_dict if adjacency == "edge_index" else data.adj_t_dict
+    pyg, ours = _model(pyg_nn).to(device), _model(gnnio.nn).to(device)
+    pyg(data.x_dict, graphs)  # materialise the lazy linears
+    ours(data.x_dict, graphs)
+    assert set(ours.state_dict()) == set(pyg.state_dict())
+    ours.load_state_dict(pyg.state_dict())
+    graphs64 = graphs if adjacency == "edge_index" else {
+        k: torch.sparse_csr_tensor(a.crow_indices(), a.col_indices(), a.values().double(), a.shape)
+        for k, a in graphs.items()}
+
+    def run(graph_dict):
+        def call(model, t):
+            out = model({"paper": t["paper"], "author": t["author"]}, graph_dict)
+            return torch.cat([out["paper"], out["author"]])
+        return call
+    check_against_pyg(pyg, ours, run(graphs), dict(data.x_dict), exact_call=run(graphs64))
