@@ -19,6 +19,11 @@ if [ "${TEST_S:-240}" -gt 0 ]; then
     tests/python/test_attention_shared_kv.py tests/python/test_transformer_forms.py \
     tests/python/test_attention_cuda.py -k "shared or Transformer or reassociated or dot" \
     -q -p no:cacheprovider > "$OUT/pytest-transformer.log" 2>&1
+  # The layer inputs added since the last device run (sparse adj_t, lazy sizes, HeteroConv):
+  # their CUDA cases (device fixture), ~400, on top.
+  timeout "${INPUTS_S:-120}" python3 -m pytest tests/python/test_sparse_adjacency.py \
+    tests/python/test_lazy_channels.py tests/python/test_hetero.py -k cuda \
+    -q -p no:cacheprovider > "$OUT/pytest-inputs.log" 2>&1
   echo "tests: $(( $(date +%s) - T0 )) s"
 fi
 for dtype in ${DTYPES-float32 bfloat16}; do
@@ -36,7 +41,10 @@ for dtype in ${DTYPES-float32 bfloat16}; do
     echo "bench $form $dtype: $(( $(date +%s) - T0 )) s"
   done
 done
-echo "=== pytest"; grep -E "^(FAILED|ERROR)" "$OUT/pytest-transformer.log" | cut -c1-200 | head -20
-tail -1 "$OUT/pytest-transformer.log" | cut -c1-200
+for log in pytest-transformer pytest-inputs; do
+  [ -f "$OUT/$log.log" ] || continue
+  echo "=== $log"; grep -E "^(FAILED|ERROR)" "$OUT/$log.log" | cut -c1-200 | head -20
+  tail -1 "$OUT/$log.log" | cut -c1-200
+done
 echo "=== rows"; grep -hE "powerlaw-1M-16M|uniform-200K-10M" "$OUT"/nvidia-h200-transformer-*.md | cut -c1-220
 exit 0  # the summary may grep nothing (a stopped bench): not a failure of the call
