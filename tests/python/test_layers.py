@@ -84,8 +84,10 @@ def test_graph_conv(device, name, ei, n, f_in, f_out, aggr, bias, weighted):
 
 
 SAGE_OPTIONS = [{}, {"normalize": True}, {"root_weight": False}, {"project": True}, {"bias": False},
-                {"normalize": True, "project": True, "bias": False, "root_weight": False}]
-SAGE_IDS = ["default", "normalize", "no_root", "project", "no_bias", "all_flipped"]
+                {"normalize": True, "project": True, "bias": False, "root_weight": False},
+                {"aggr": "add"}, {"aggr": "sum", "project": True}]
+SAGE_IDS = ["default", "normalize", "no_root", "project", "no_bias", "all_flipped", "add",
+            "sum_project"]
 
 
 @pytest.mark.parametrize("opts", SAGE_OPTIONS, ids=SAGE_IDS)

@@ -54,7 +54,7 @@ LAYERS = [
     ("GraphConv", {}, True), ("GraphConv", {"aggr": "mean"}, True),
     ("GraphConv", {"aggr": "max"}, True),
     ("SAGEConv", {}, True), ("SAGEConv", {"aggr": "max"}, True),
-    ("SAGEConv", {"project": True, "normalize": True}, True),
+    ("SAGEConv", {"project": True, "normalize": True}, True), ("SAGEConv", {"aggr": "add"}, True),
     ("GATConv", {"heads": 2}, False), ("GATConv", {"heads": 2, "add_self_loops": False}, False),
     ("GATv2Conv", {"heads": 2}, False),
     ("TransformerConv", {"heads": 2}, False), ("TransformerConv", {"heads": 2, "beta": True}, False),
@@ -163,8 +163,9 @@ def test_adjacency_is_its_edge_list(device, name, opts, spmm_family):
     values = w if weighted else torch.ones_like(w)
     from_adjacency = layer(x, adjacency(ei, (n, n), values, "csr"))
     takes_weight = name in ("GCNConv", "GraphConv")
-    if weighted and not takes_weight:  # SAGEConv's weighted mean is spmm's
-        from_edges = layer.lin_l(gnnio.ops.spmm(gnnio.Graph(ei, n), x, w, "mean"))
+    if weighted and not takes_weight:  # SAGEConv's weighted mean or sum is spmm's
+        reduce = "sum" if opts.get("aggr") == "add" else "mean"
+        from_edges = layer.lin_l(gnnio.ops.spmm(gnnio.Graph(ei, n), x, w, reduce))
         if layer.root_weight:
             from_edges = from_edges + layer.lin_r(x)
     else:

@@ -10,6 +10,9 @@ from gnnio.nn.conv.graph_conv import _sizes
 from gnnio.ops import segment_reduce, spmm
 
 
+_AGGR = {"mean": "mean", "max": "max", "min": "min", "add": "sum", "sum": "sum"}
+
+
 class SAGEConv(torch.nn.Module):
     r"""The GraphSAGE operator from `"Inductive Representation Learning on Large Graphs"
     <https://arxiv.org/abs/1706.02216>`_, drop-in for ``torch_geometric.nn.SAGEConv`` (PyG 2.8).
@@ -18,13 +21,13 @@ class SAGEConv(torch.nn.Module):
         \mathbf{x}^{\prime}_i = \mathbf{W}_1 \mathbf{x}_i + \mathbf{W}_2 \cdot
         \mathrm{mean}_{j \in \mathcal{N}(i)} \mathbf{x}_j
 
-    (or max / min instead of the mean). The mean is one SpMM over the destination CSR with cached
-    1/deg edge values; max / min are one segment reduction that keeps the winning edge of each
-    (node, feature) for the backward pass.
+    (or max / min / sum instead of the mean). The mean and the sum are one SpMM over the
+    destination CSR (the mean with cached 1/deg edge values); max / min are one segment
+    reduction that keeps the winning edge of each (node, feature) for the backward pass.
 
     Args:
         in_channels (int or (int, int)), out_channels (int): feature sizes.
-        aggr (str): ``'mean'``, ``'max'`` or ``'min'``. (default: ``'mean'``)
+        aggr (str): ``'mean'``, ``'max'``, ``'min'`` or ``'add'`` / ``'sum'``. (default: ``'mean'``)
         normalize (bool): L2-normalise the output. (default: ``False``)
         root_weight (bool): add :math:`\mathbf{W}_1 \mathbf{x}_i`. (default: ``True``)
         project (bool): first :math:`\mathbf{x}_j \leftarrow \mathrm{ReLU}(\mathbf{W}_3
@@ -33,16 +36,17 @@ class SAGEConv(torch.nn.Module):
 
     Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_index ``[2, E]`` or a
     sparse ``adj_t [N_dst, N_src]`` (``torch.sparse`` COO, CSR or CSC), whose values weight the
-    messages as PyG's spmm does (mean: :math:`\sum_j w_{ji} x_j / \deg_i`; max / min only with
-    values all 1); size optional; output ``[N_dst, out_channels]``.
+    messages as PyG's spmm does (mean: :math:`\sum_j w_{ji} x_j / \deg_i`, sum without the
+    division; max / min only with values all 1); size optional; output
+    ``[N_dst, out_channels]``.
     """
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
                  aggr: str = "mean", normalize: bool = False, root_weight: bool = True,
                  project: bool = False, bias: bool = True, **kwargs):
-        if not isinstance(aggr, str) or aggr not in ("mean", "max", "min"):
+        if not isinstance(aggr, str) or aggr not in _AGGR:
             raise NotImplementedError(f"gnnio.nn.SAGEConv does not support aggr={aggr!r} yet "
-                                      "(supported: 'mean', 'max', 'min')")
+                                      "(supported: 'mean', 'max', 'min', 'add', 'sum')")
         check_kwargs("SAGEConv", kwargs)
         super().__init__()
         if isinstance(in_channels, int):
@@ -76,10 +80,11 @@ class SAGEConv(torch.nn.Module):
             x_src = self.lin(x_src).relu()
         num_src, num_dst = _sizes(x_src, x_dst, size, edge_index)
         graph, weight = self._graphs.get_weighted("SAGEConv", edge_index, None, num_src, num_dst)
+        reduce = _AGGR[self.aggr]
         if weight is None:
-            out = segment_reduce(graph, x_src, self.aggr)
-        elif self.aggr == "mean":  # PyG's spmm of a sparse adjacency: sum_j w_ji x_j / deg_i
-            out = spmm(graph, x_src, weight, "mean")
+            out = segment_reduce(graph, x_src, reduce)
+        elif reduce in ("sum", "mean"):  # PyG's spmm of a sparse adjacency: sum_j w_ji x_j [/ deg_i]
+            out = spmm(graph, x_src, weight, reduce)
         else:
             raise NotImplementedError(f"gnnio.nn.SAGEConv(aggr={self.aggr!r}) does not support a "
                                       "weighted max/min yet (a sparse adjacency whose values are "
