@@ -64,18 +64,34 @@ def reset_linear(lin: torch.nn.Linear, weight_initializer: Optional[str] = None)
 
 
 class _LazyLinear(torch.nn.LazyLinear):
-    """torch's LazyLinear, initialised as PyG's Linear(-1, ...) is once the first input gives its
-    size (by `weight_initializer`); it then becomes a plain torch.nn.Linear (so the fused
-    multi-linear and reassociated paths take it). A state_dict loaded before the first call
-    materialises it with the loaded values."""
+    """torch's LazyLinear, made to behave as PyG's Linear(-1, ...): only the weight waits for the
+    input size (the bias is a real [out] tensor from the start, so checkpoints of uncalled layers
+    load both ways between PyG and gnnio); once the first input gives the size, the weight is
+    drawn by ``weight_initializer`` (PyG's formulas, in PyG's order of draws) and the module
+    becomes a plain torch.nn.Linear (so the fused multi-linear and reassociated paths take it). A
+    state_dict loaded before the first call sets the weight and the input size."""
 
     def __init__(self, out_features: int, bias: bool, weight_initializer: Optional[str]):
         self.weight_initializer = weight_initializer
         super().__init__(out_features, bias=bias)
+        if bias:
+            self.bias = torch.nn.Parameter(torch.empty(out_features))
+
+    def initialize_parameters(self, input) -> None:
+        if self.has_uninitialized_params():
+            with torch.no_grad():
+                self.in_features = input.shape[-1]
+                self.weight.materialize((self.out_features, self.in_features))
+                self.reset_parameters()
 
     def reset_parameters(self) -> None:
         if self.in_features != 0 and not self.has_uninitialized_params():
             reset_linear(self, self.weight_initializer)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if not torch.nn.parameter.is_lazy(self.weight):
+            self.in_features = self.weight.shape[1]
 
 
 def linear(in_features: int, out_features: int, bias: bool = True,
@@ -85,6 +101,22 @@ def linear(in_features: int, out_features: int, bias: bool = True,
     if in_features > 0:
         return torch.nn.Linear(in_features, out_features, bias=bias)
     return _LazyLinear(out_features, bias, weight_initializer)
+
+
+@torch.compiler.disable
+def _materialise(pairs) -> None:
+    for lin, x in pairs:
+        if lin is not None and x is not None and torch.nn.parameter.is_lazy(lin.weight):
+            lin(x[:1])  # the size hook materialises it; the module becomes a torch.nn.Linear
+
+
+def materialise_lazy(*pairs) -> None:
+    """Gives each lazy linear of ``(linear, its input)`` its size, in the order given (PyG's
+    order of first calls, so a seeded construction draws the same weights), before a layer
+    chooses a path by whether its linears are plain: under torch.compile the choice must not
+    change when a call materialises one mid-trace (outside the compiled graph)."""
+    if any(lin is not None and torch.nn.parameter.is_lazy(lin.weight) for lin, _ in pairs):
+        _materialise(pairs)
 
 
 def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:

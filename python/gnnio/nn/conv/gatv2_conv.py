@@ -5,7 +5,7 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, linear,
-                               linears_of_one_input, split_pair)
+                               linears_of_one_input, materialise_lazy, split_pair)
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
                                     _combine_heads, _edge_attr_of, _glorot, _op_bias,
                                     _reset_linear, _returned_weights, _with_self_loops)
@@ -108,6 +108,7 @@ class GATv2Conv(torch.nn.Module):
                              "not (x_src, None)")
         if x_src.dim() != 2 or x_dst.dim() != 2:
             raise ValueError("gnnio.nn.GATv2Conv: node features must be 2-D [num_nodes, features]")
+        materialise_lazy((self.res, x_dst), (self.lin_l, x_src), (self.lin_r, x_dst))
         res = self.res(x_dst) if self.res is not None else None
         if x_dst is x_src and self.share_weights:
             x_l = x_r = self.lin_l(x_src).view(-1, H, C)

@@ -87,8 +87,10 @@ def _sizes(x_src: Tensor, x_dst: Optional[Tensor], size, edge_index=None) -> Tup
     """(num_src, num_dst) as PyG's propagate infers them: from `size`, else from a sparse
     adjacency's shape, else from the features; a missing destination count falls back to the
     source count."""
-    if size is None and is_sparse_adjacency(edge_index):
-        size = (edge_index.size(1), edge_index.size(0))
+    if is_sparse_adjacency(edge_index):  # PyG takes the counts from its shape
+        given = (None, None) if size is None else tuple(size)
+        if len(given) == 2:
+            size = tuple(edge_index.size(1 - k) if given[k] is None else given[k] for k in (0, 1))
     if size is not None:
         if len(size) != 2:
             raise ValueError(f"size must be (num_src, num_dst), got {size}")

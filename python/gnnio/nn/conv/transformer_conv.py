@@ -5,8 +5,7 @@ import torch
 from torch import Tensor
 
 from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, check_in_channels, linear,
-                               linears_of_one_input,
-                              split_pair)
+                               linears_of_one_input, materialise_lazy, split_pair)
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _edge_attr_of, _reset_linear,
                                    _returned_edge_index)
 from gnnio.ops import attention_weights, graph_attention
@@ -109,6 +108,8 @@ class TransformerConv(torch.nn.Module):
         if x_src.dim() != 2 or x_dst.dim() != 2:
             raise ValueError("gnnio.nn.TransformerConv: node features must be 2-D "
                              "[num_nodes, features]")
+        materialise_lazy((self.lin_query, x_dst), (self.lin_key, x_src), (self.lin_value, x_src),
+                         (self.lin_skip, x_dst))
         want_weights = isinstance(return_attention_weights, bool)
         dropout = self.dropout if self.training else 0.0
         form, _ = plan_transformer(
