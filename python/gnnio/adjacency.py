@@ -37,21 +37,27 @@ def _check(adj: torch.Tensor) -> None:
                          f"shape {list(adj.shape)} with {adj.sparse_dim()} sparse dimensions")
 
 
-def _expand_ptr(ptr: torch.Tensor, num_rows: int, nnz: int, name: str) -> torch.Tensor:
+def _expand_ptr(ptr: torch.Tensor, num_rows: int, nnz: int, name: str, dtype) -> torch.Tensor:
     """Row id of each stored entry; checks the pointer (torch does not, unless asked)."""
-    ptr = ptr.long()
     if ptr.numel() != num_rows + 1:
         raise ValueError(f"{name} has {ptr.numel()} entries, expected {num_rows + 1}")
     counts = ptr.diff()
     if int(ptr[0]) != 0 or int(ptr[-1]) != nnz or bool((counts < 0).any()):
         raise ValueError(f"{name} is not a valid compressed pointer for {nnz} entries")
-    return torch.repeat_interleave(torch.arange(num_rows, device=ptr.device), counts,
-                                   output_size=nnz)
+    return torch.repeat_interleave(torch.arange(num_rows, dtype=dtype, device=ptr.device),
+                                   counts.to(dtype), output_size=nnz)
 
 
-def adjacency_edges(adj: torch.Tensor) -> Adjacency:
-    """The edges of ``adj_t`` in storage order, its (num_src, num_dst), and the compressed form
-    its storage already is, if any."""
+def _edges(src: torch.Tensor, dst: torch.Tensor, dtype) -> torch.Tensor:
+    edges = torch.empty(2, src.numel(), dtype=dtype, device=src.device)
+    edges[0].copy_(src)
+    edges[1].copy_(dst)
+    return edges
+
+
+def adjacency_edges(adj: torch.Tensor, dtype=torch.long) -> Adjacency:
+    """The edges of ``adj_t`` in storage order (in ``dtype``, which must hold every id), its
+    (num_src, num_dst), and the compressed form its storage already is, if any."""
     _check(adj)
     num_dst, num_src = int(adj.size(0)), int(adj.size(1))
     if adj.layout == torch.sparse_coo:
@@ -61,15 +67,15 @@ def adjacency_edges(adj: torch.Tensor) -> Adjacency:
             counts = torch.bincount(dst, minlength=num_dst)
             rowptr = torch.zeros(num_dst + 1, dtype=torch.long, device=dst.device)
             torch.cumsum(counts, 0, out=rowptr[1:])
-        return Adjacency(torch.stack([src, dst]), (num_src, num_dst),
+        return Adjacency(_edges(src, dst, dtype), (num_src, num_dst),
                          None if rowptr is None else "dst", rowptr, src)
     if adj.layout == torch.sparse_csr:
         rowptr, src = adj.crow_indices(), adj.col_indices()
-        dst = _expand_ptr(rowptr, num_dst, src.numel(), "crow_indices")
-        return Adjacency(torch.stack([src.long(), dst]), (num_src, num_dst), "dst", rowptr, src)
+        dst = _expand_ptr(rowptr, num_dst, src.numel(), "crow_indices", dtype)
+        return Adjacency(_edges(src, dst, dtype), (num_src, num_dst), "dst", rowptr, src)
     colptr, dst = adj.ccol_indices(), adj.row_indices()
-    src = _expand_ptr(colptr, num_src, dst.numel(), "ccol_indices")
-    return Adjacency(torch.stack([src, dst.long()]), (num_src, num_dst), "src", colptr, dst)
+    src = _expand_ptr(colptr, num_src, dst.numel(), "ccol_indices", dtype)
+    return Adjacency(_edges(src, dst, dtype), (num_src, num_dst), "src", colptr, dst)
 
 
 def adjacency_values(adj: torch.Tensor) -> torch.Tensor:

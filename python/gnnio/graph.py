@@ -83,7 +83,8 @@ class Graph:
         original = edge_index
         stored = None
         if is_sparse_adjacency(edge_index):
-            stored = adjacency_edges(edge_index)
+            fits = max(edge_index.size(0), edge_index.size(1), edge_index._nnz()) <= _INT32_MAX
+            stored = adjacency_edges(edge_index, torch.int32 if fits else torch.long)
             given = size if size is not None else (
                 None if num_nodes is None else (num_nodes, num_nodes))
             if given is not None and tuple(int(s) for s in given) != stored.size:
