@@ -106,7 +106,7 @@ def linear(in_features: int, out_features: int, bias: bool = True,
 @torch.compiler.disable
 def _materialise(pairs) -> None:
     for lin, x in pairs:
-        if lin is not None and x is not None and torch.nn.parameter.is_lazy(lin.weight):
+        if isinstance(lin, _LazyLinear) and x is not None:
             lin(x[:1])  # the size hook materialises it; the module becomes a torch.nn.Linear
 
 
@@ -114,8 +114,9 @@ def materialise_lazy(*pairs) -> None:
     """Gives each lazy linear of ``(linear, its input)`` its size, in the order given (PyG's
     order of first calls, so a seeded construction draws the same weights), before a layer
     chooses a path by whether its linears are plain: under torch.compile the choice must not
-    change when a call materialises one mid-trace (outside the compiled graph)."""
-    if any(lin is not None and torch.nn.parameter.is_lazy(lin.weight) for lin, _ in pairs):
+    change when a call materialises one mid-trace (outside the compiled graph). (A class test,
+    which torch.compile folds: a _LazyLinear becomes a torch.nn.Linear at its first call.)"""
+    if any(isinstance(lin, _LazyLinear) for lin, _ in pairs):
         _materialise(pairs)
 
 
