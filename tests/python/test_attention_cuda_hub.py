@@ -12,7 +12,8 @@ import torch
 import gnnio
 from conftest import assert_no_worse_than_reference
 from graphs import hub, random_graph
-from test_attention import _MODULES, _spy_on  # helpers, not tests
+from layer_pairs import emulate_low_precision
+from test_attention import _spy_on  # a helper, not a test
 from test_attention_cuda import L_HUB
 from test_attention_op import OP_CASES, OP_IDS, make_operands as make_op_operands
 
@@ -104,25 +105,6 @@ def test_cuda_layer_matches_cpu_on_hub(layer, opts):
         assert_no_worse_than_reference(a.cpu(), b, c, floor=floor(c, param=i >= 2))
 
 
-def _emulate_low_precision(monkeypatch, layer):
-    """Makes the layer run its op in float32 on fp16 / bf16 operands, rounding the results back:
-    the CUDA kernel's precision model (fp32 inside, each result rounded once), on the CPU."""
-    import importlib
-    module = importlib.import_module(f"gnnio.nn.conv.{_MODULES[layer]}")
-    real = module.graph_attention
-
-    def emulated(graph, kind, value, **kwargs):
-        dtype = value.dtype
-        if dtype not in (torch.float16, torch.bfloat16):
-            return real(graph, kind, value, **kwargs)
-        kwargs = {k: v.float() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        result = real(graph, kind, value.float(), **kwargs)
-        return result.to(dtype) if isinstance(result, torch.Tensor) else \
-            tuple(t.to(dtype) for t in result)
-
-    monkeypatch.setattr(module, "graph_attention", emulated)
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("layer,opts", CUDA_LAYERS, ids=CUDA_IDS)
@@ -146,7 +128,7 @@ def test_cuda_layer_low_precision_on_hub(monkeypatch, layer, opts, dtype):
     out, grads = _forward_backward(_module_with(layer, opts, state, "cuda", dtype), x.cuda(),
                                    ei.cuda(), ea.cuda())
     assert out.dtype == dtype
-    _emulate_low_precision(monkeypatch, layer)
+    emulate_low_precision(monkeypatch, layer)
     out_t, grads_t = _forward_backward(_module_with(layer, opts, state, "cpu", dtype), x, ei, ea)
     out_e, grads_e = _forward_backward(_module_with(layer, opts, state, "cpu", torch.float64),
                                        x.double(), ei, ea.double())

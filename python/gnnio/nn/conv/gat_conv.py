@@ -112,6 +112,14 @@ def _combine_heads(out: Tensor, concat: bool, res: Optional[Tensor], bias: Optio
     return out if bias is None else out + bias
 
 
+def _in_dtype(t: Optional[Tensor], dtype: torch.dtype) -> Optional[Tensor]:
+    """t in ``dtype``: under autocast the projections come out in fp16 / bf16 while the
+    attention vectors stay float32, and the op then runs in float32 on the rounded projections,
+    as PyG's attention does under autocast (its products with att promote to float32). Rounding
+    att instead would move every score's LeakyReLU kink, where the gradient jumps."""
+    return t if t is None or t.dtype == dtype else t.to(dtype)
+
+
 def _op_bias(concat: bool, res: Optional[Tensor], bias: Optional[Tensor], value: Tensor) -> Optional[Tensor]:
     """The output bias when the attention op can add it in its store of out (heads concatenated,
     no residual, value's dtype): the same fl(out + bias) without a second pass over out. None
@@ -280,8 +288,9 @@ class GATConv(torch.nn.Module):
         # projection for both sides, no edge term and no weights returned, the op takes att
         # itself and forms the scores from the rows (on CUDA inside the attention kernel).
         att = alpha_src = alpha_dst = None
+        op_dtype = torch.promote_types(h_src.dtype, self.att_src.dtype)  # PyG's, under autocast
         if shared and edge_attr is None and not return_attention_weights:
-            att = torch.cat([self.att_src, self.att_dst])
+            att = torch.cat([self.att_src, self.att_dst]).to(op_dtype)
         elif shared:
             alpha_src, alpha_dst = head_scores(h_src, torch.cat([self.att_src, self.att_dst]))
         else:
@@ -293,7 +302,8 @@ class GATConv(torch.nn.Module):
         edge_score = None
         if edge_attr is not None:
             e = self.lin_edge(edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr)
-            edge_score = head_scores(e.view(-1, H, C), self.att_edge)[0]
+            edge_score = _in_dtype(head_scores(e.view(-1, H, C), self.att_edge)[0], op_dtype)
+        h_src = _in_dtype(h_src, op_dtype)
         op_bias = _op_bias(self.concat, res, self.bias, h_src)
         result = graph_attention(graph, "gat", h_src, src_score=alpha_src, dst_score=alpha_dst,
                                  att=att, edge_score=edge_score, negative_slope=self.negative_slope,

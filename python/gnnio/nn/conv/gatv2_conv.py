@@ -7,7 +7,7 @@ from torch.nn import Parameter
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, linear,
                                linears_of_one_input, materialise_lazy, split_pair)
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
-                                    _combine_heads, _edge_attr_of, _glorot, _op_bias,
+                                    _combine_heads, _edge_attr_of, _glorot, _in_dtype, _op_bias,
                                     _reset_linear, _returned_weights, _with_self_loops)
 from gnnio.ops import graph_attention
 
@@ -133,6 +133,8 @@ class GATv2Conv(torch.nn.Module):
         if edge_attr is not None:
             e = self.lin_edge(edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr)
             edge_key = e.view(-1, H, C)
+        op_dtype = torch.promote_types(x_l.dtype, self.att.dtype)  # PyG's, under autocast
+        x_l, x_r, edge_key = (_in_dtype(t, op_dtype) for t in (x_l, x_r, edge_key))
         op_bias = _op_bias(self.concat, res, self.bias, x_l)
         result = graph_attention(graph, "gatv2", x_l, query=x_r, key=x_l, edge_key=edge_key,
                                  att=self.att, negative_slope=self.negative_slope,
