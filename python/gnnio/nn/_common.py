@@ -120,6 +120,18 @@ def materialise_lazy(*pairs) -> None:
         _materialise(pairs)
 
 
+def per_node(aggregate, x: torch.Tensor) -> torch.Tensor:
+    """``aggregate(x)`` for x ``[N, F]``; for PyG's batched x ``[B, N, F]`` (node_dim=-2: one
+    graph, B feature sets) the same aggregation of each, as one call on ``[N, B * F]``."""
+    if x.dim() == 2:
+        return aggregate(x)
+    if x.dim() != 3:
+        raise ValueError(f"node features must be [N, F] or [B, N, F], got shape {list(x.shape)}")
+    b, n, f = x.shape
+    out = aggregate(x.transpose(0, 1).reshape(n, b * f))
+    return out.view(out.size(0), b, f).transpose(0, 1)
+
+
 def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     if isinstance(x, torch.Tensor):
         return x, x
@@ -178,6 +190,9 @@ class GraphCache:
         and need no gradient (checked once per adjacency, so the unweighted caches serve; values
         that require grad are always passed on, as training changes them in place)."""
         if not is_sparse_adjacency(edge_index):
+            if isinstance(edge_weight, torch.Tensor) and edge_weight.dim() == 2 \
+                    and edge_weight.size(1) == 1:
+                edge_weight = edge_weight.view(-1)  # [E, 1], as PyG's message broadcasts it
             return self.get(edge_index, num_src, num_dst), edge_weight
         if edge_weight is not None:
             raise ValueError(f"gnnio.nn.{layer}: edge_weight cannot be given with a sparse "
@@ -213,6 +228,12 @@ class GraphCache:
 
     def clear(self):
         self._key = self._graph = self._unit_values = self._coalesced = None
+
+    def __getstate__(self):  # a pickled layer (torch.save, multiprocessing) starts uncached
+        return {}
+
+    def __setstate__(self, state):
+        self.clear()
 
 
 class _LinearsOfOneInput(torch.autograd.Function):

@@ -60,6 +60,8 @@ class GATv2Conv(torch.nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"gnnio.nn.GATv2Conv: dropout must be in [0, 1), got {dropout}")
         super().__init__()
+        self.aggr = "sum"
+        self.flow, self.node_dim = "source_to_target", 0  # PyG's layer's, which user code reads
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops, self.edge_dim, self.fill_value = add_self_loops, edge_dim, fill_value

@@ -6,7 +6,7 @@ from torch.nn import Parameter
 
 from gnnio.adjacency import is_sparse_adjacency
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs, linear,
-                               reset_linear)
+                               per_node, reset_linear)
 from gnnio.ops import gcn_propagate
 
 
@@ -52,6 +52,8 @@ class GCNConv(torch.nn.Module):
         check_in_channels("GCNConv", in_channels)
         check_channels("GCNConv", out_channels)
         super().__init__()
+        self.aggr = "add"
+        self.flow, self.node_dim = "source_to_target", -2  # PyG's layer's, which user code reads
         if add_self_loops is None:
             add_self_loops = normalize
         if add_self_loops and not normalize:
@@ -81,8 +83,9 @@ class GCNConv(torch.nn.Module):
             raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features as "
                              "input while this layer does not support bipartite message passing. "
                              "Please try other layers such as 'SAGEConv' or 'GraphConv' instead")
-        if not isinstance(x, Tensor) or x.dim() != 2:
-            raise ValueError("x must be a 2-D Tensor [num_nodes, in_channels]")
+        if not isinstance(x, Tensor) or x.dim() not in (2, 3):
+            raise ValueError("x must be a Tensor [num_nodes, in_channels] or, batched as PyG "
+                             "takes it, [batch, num_nodes, in_channels]")
         if self.cached and self._cached_graph is not None:
             graph, sparse = self._cached_graph, self._cached_adjacency is not None
             if sparse:  # the adjacency's weights of the first call, as PyG caches them
@@ -90,7 +93,7 @@ class GCNConv(torch.nn.Module):
         else:
             sparse = is_sparse_adjacency(edge_index)
             graph, edge_weight = self._graphs.get_weighted("GCNConv", edge_index, edge_weight,
-                                                           x.size(0), x.size(0))
+                                                           x.size(-2), x.size(-2))
             if self.cached:
                 self._cached_graph = graph
                 self._cached_adjacency = (edge_weight,) if sparse else None
@@ -104,7 +107,8 @@ class GCNConv(torch.nn.Module):
                 w = x.new_ones(graph.num_edges) if edge_weight is None else edge_weight.to(x.dtype)
                 edge_weight = torch.cat([w, w.new_full((graph.num_dst,), fill)])
             graph, add_self_loops = graph.with_added_self_loops(), False
-        out = gcn_propagate(graph, x, edge_weight, self.improved, add_self_loops, self.normalize)
+        out = per_node(lambda t: gcn_propagate(graph, t, edge_weight, self.improved, add_self_loops,
+                                               self.normalize), x)
         if self.bias is not None:
             out = out + self.bias
         return out

@@ -5,7 +5,7 @@ from torch import Tensor
 
 from gnnio.adjacency import is_sparse_adjacency
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
-                               linear, split_pair)
+                               linear, per_node, split_pair)
 from gnnio.ops import segment_reduce, spmm
 
 _AGGR = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}
@@ -44,11 +44,12 @@ class GraphConv(torch.nn.Module):
                                       "(supported: 'add', 'mean', 'max', 'min')")
         check_kwargs("GraphConv", kwargs)
         super().__init__()
+        self.flow, self.node_dim = "source_to_target", -2  # PyG's layer's, which user code reads
+        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
         if isinstance(in_channels, int):
             in_channels = (in_channels, in_channels)
         check_in_channels("GraphConv", *in_channels)
         check_channels("GraphConv", out_channels)
-        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
         self.lin_rel = linear(in_channels[0], out_channels, bias)
         self.lin_root = linear(in_channels[1], out_channels, False)
         self._graphs = GraphCache()
@@ -71,22 +72,22 @@ class GraphConv(torch.nn.Module):
                 raise NotImplementedError(f"gnnio.nn.GraphConv(aggr={self.aggr!r}) does not support "
                                           "edge weights yet (edge_weight, or a sparse adjacency "
                                           "whose values are not all 1 or need a gradient)")
-            out = segment_reduce(graph, x_src, reduce)
+            out = per_node(lambda t: segment_reduce(graph, t, reduce), x_src)
         else:
-            out = spmm(graph, x_src, edge_weight, reduce)
+            out = per_node(lambda t: spmm(graph, t, edge_weight, reduce), x_src)
         out = self.lin_rel(out)
         if x_dst is not None:
             out = out + self.lin_root(x_dst)
         return out
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels})"  # PyG's
 
 
 def _sizes(x_src: Tensor, x_dst: Optional[Tensor], size, edge_index=None) -> Tuple[int, int]:
     """(num_src, num_dst) as PyG's propagate infers them: from `size`, else from a sparse
-    adjacency's shape, else from the features; a missing destination count falls back to the
-    source count."""
+    adjacency's shape, else from the features' node dimension (-2); a missing destination count
+    falls back to the source count."""
     if is_sparse_adjacency(edge_index):  # PyG takes the counts from its shape
         given = (None, None) if size is None else tuple(size)
         if len(given) == 2:
@@ -94,13 +95,13 @@ def _sizes(x_src: Tensor, x_dst: Optional[Tensor], size, edge_index=None) -> Tup
     if size is not None:
         if len(size) != 2:
             raise ValueError(f"size must be (num_src, num_dst), got {size}")
-        num_src = size[0] if size[0] is not None else x_src.size(0)
-        num_dst = size[1] if size[1] is not None else (x_dst.size(0) if x_dst is not None else num_src)
+        num_src = size[0] if size[0] is not None else x_src.size(-2)
+        num_dst = size[1] if size[1] is not None else (x_dst.size(-2) if x_dst is not None else num_src)
     else:
-        num_src = x_src.size(0)
-        num_dst = x_dst.size(0) if x_dst is not None else num_src
-    if x_src.size(0) != num_src:
-        raise ValueError(f"x_src has {x_src.size(0)} rows but size says {num_src} source nodes")
-    if x_dst is not None and x_dst.size(0) != num_dst:
-        raise ValueError(f"x_dst has {x_dst.size(0)} rows but size says {num_dst} destination nodes")
+        num_src = x_src.size(-2)
+        num_dst = x_dst.size(-2) if x_dst is not None else num_src
+    if x_src.size(-2) != num_src:
+        raise ValueError(f"x_src has {x_src.size(-2)} rows but size says {num_src} source nodes")
+    if x_dst is not None and x_dst.size(-2) != num_dst:
+        raise ValueError(f"x_dst has {x_dst.size(-2)} rows but size says {num_dst} destination nodes")
     return int(num_src), int(num_dst)

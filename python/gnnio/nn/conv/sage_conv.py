@@ -5,7 +5,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
-                               linear, split_pair)
+                               linear, per_node, split_pair)
 from gnnio.nn.conv.graph_conv import _sizes
 from gnnio.ops import segment_reduce, spmm
 
@@ -49,11 +49,12 @@ class SAGEConv(torch.nn.Module):
                                       "(supported: 'mean', 'max', 'min', 'add', 'sum')")
         check_kwargs("SAGEConv", kwargs)
         super().__init__()
+        self.flow, self.node_dim = "source_to_target", -2  # PyG's layer's, which user code reads
+        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
         if isinstance(in_channels, int):
             in_channels = (in_channels, in_channels)
         check_in_channels("SAGEConv", *in_channels)
         check_channels("SAGEConv", out_channels)
-        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
         self.normalize, self.root_weight, self.project = normalize, root_weight, project
         if project:
             if in_channels[0] <= 0:
@@ -82,9 +83,9 @@ class SAGEConv(torch.nn.Module):
         graph, weight = self._graphs.get_weighted("SAGEConv", edge_index, None, num_src, num_dst)
         reduce = _AGGR[self.aggr]
         if weight is None:
-            out = segment_reduce(graph, x_src, reduce)
+            out = per_node(lambda t: segment_reduce(graph, t, reduce), x_src)
         elif reduce in ("sum", "mean"):  # PyG's spmm of a sparse adjacency: sum_j w_ji x_j [/ deg_i]
-            out = spmm(graph, x_src, weight, reduce)
+            out = per_node(lambda t: spmm(graph, t, weight, reduce), x_src)
         else:
             raise NotImplementedError(f"gnnio.nn.SAGEConv(aggr={self.aggr!r}) does not support a "
                                       "weighted max/min yet (a sparse adjacency whose values are "

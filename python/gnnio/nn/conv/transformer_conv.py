@@ -72,6 +72,8 @@ class TransformerConv(torch.nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"gnnio.nn.TransformerConv: dropout must be in [0, 1), got {dropout}")
         super().__init__()
+        self.aggr = "add"
+        self.flow, self.node_dim = "source_to_target", 0  # PyG's layer's, which user code reads
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.beta = beta and root_weight
         self.root_weight, self.concat, self.dropout, self.edge_dim = root_weight, concat, dropout, edge_dim
@@ -195,8 +197,10 @@ class TransformerConv(torch.nn.Module):
             if self.lin_beta is not None:
                 beta = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
                 out = beta * x_r + (1 - beta) * out
-            elif x_r.shape == out.shape and x_r.dtype == out.dtype:
-                out = x_r.add_(out)  # = out + x_r (addition commutes bitwise)
+            elif x_r.shape == out.shape and x_r.dtype == out.dtype and _plain_linear(self.lin_skip):
+                # = out + x_r (addition commutes bitwise); x_r is the skip's own output, which
+                # no hook of lin_skip can have kept
+                out = x_r.add_(out)
             else:
                 out = out + x_r
         return out

@@ -1,0 +1,84 @@
+"""What ordinary PyG user code does with a layer besides calling it on [N, F] features: pickle a
+trained model, batched [B, N, F] features, [E, 1] edge weights, the MessagePassing attributes
+and reprs it reads, forward hooks that keep a projection. Each against PyG's layer."""
+import io
+import pickle
+
+import pytest
+import torch
+
+import gnnio.nn
+from graphs import random_graph
+from layer_pairs import check_against_pyg, make_pair
+
+ALL = ["GCNConv", "GraphConv", "SAGEConv", "GATConv", "GATv2Conv", "TransformerConv"]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_called_model_pickles_and_runs_after(name):
+    """torch.save(model) / multiprocessing pickle a model after training: the Graph cache is not
+    part of the state (it is rebuilt at the next call)."""
+    ei, n = random_graph(30, 120)
+    x = torch.randn(n, 8)
+    layer = getattr(gnnio.nn, name)(8, 4)
+    before = layer(x, ei)
+    buffer = io.BytesIO()
+    torch.save(layer, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    torch.testing.assert_close(loaded(x, ei), before, rtol=0, atol=0)
+    torch.testing.assert_close(pickle.loads(pickle.dumps(layer))(x, ei), before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name,opts,weighted", [
+    ("GCNConv", {}, True), ("GCNConv", {"normalize": False}, False),
+    ("GraphConv", {"aggr": "mean"}, True), ("GraphConv", {"aggr": "max"}, False),
+    ("SAGEConv", {}, False), ("SAGEConv", {"aggr": "max", "project": True}, False)])
+def test_batched_features_as_pyg_takes_them(device, name, opts, weighted):
+    """x [B, N, F] (node_dim=-2): B feature sets on one graph, as temporal GNN code passes them.
+    (No self loops: GCN's edge weights of shadowed duplicate loops are test_layers.py's case.)"""
+    ei, n = random_graph(40, 200)
+    ei = ei[:, ei[0] != ei[1]].to(device)
+    pyg, ours = make_pair(name, 8, 5, device=device, **opts)
+    inputs = {"x": torch.randn(3, n, 8, device=device),
+              "edge_weight": torch.rand(ei.size(1), device=device) if weighted else None}
+
+    def call(layer, t):
+        return layer(t["x"], ei, t["edge_weight"]) if weighted else layer(t["x"], ei)
+    out = check_against_pyg(pyg, ours, call, inputs)
+    assert out.shape == (3, n, 5)
+
+
+@pytest.mark.parametrize("name", ["GCNConv", "GraphConv"])
+def test_edge_weight_of_shape_e_by_1(device, name):
+    """conv(x, edge_index, data.edge_attr) with one edge feature: PyG broadcasts [E, 1]."""
+    ei, n = random_graph(40, 200)
+    ei = ei[:, ei[0] != ei[1]].to(device)
+    pyg, ours = make_pair(name, 8, 5, device=device)
+    inputs = {"x": torch.randn(n, 8, device=device),
+              "edge_weight": torch.rand(ei.size(1), 1, device=device)}
+    check_against_pyg(pyg, ours, lambda layer, t: layer(t["x"], ei, t["edge_weight"]), inputs)
+
+
+@pytest.mark.parametrize("name,args,kwargs", [
+    ("GCNConv", (8, 4), {}), ("GraphConv", (8, 4), {}), ("GraphConv", ((8, 6), 4), {"aggr": "max"}),
+    ("SAGEConv", (8, 4), {}), ("SAGEConv", ((8, 6), 4), {"aggr": "max"}), ("SAGEConv", (-1, 4), {}),
+    ("GATConv", (8, 4), {"heads": 2}), ("GATv2Conv", ((8, 6), 4), {}),
+    ("TransformerConv", (8, 4), {"heads": 2})])
+def test_attributes_and_repr_as_pyg(name, args, kwargs):
+    import torch_geometric.nn as pyg_nn
+    pyg, ours = getattr(pyg_nn, name)(*args, **kwargs), getattr(gnnio.nn, name)(*args, **kwargs)
+    assert repr(ours) == repr(pyg)
+    for attr in ("in_channels", "out_channels", "aggr", "flow", "node_dim"):
+        assert getattr(ours, attr) == getattr(pyg, attr), attr
+
+
+def test_transformer_leaves_a_hooked_skip_projection_alone():
+    """The skip's output takes the attention's in place only when nothing else can hold it."""
+    layer = gnnio.nn.TransformerConv(8, 4, heads=2)
+    kept = []
+    layer.lin_skip.register_forward_hook(lambda module, args, out: kept.append(out))
+    ei, n = random_graph(30, 120)
+    x = torch.randn(n, 8)
+    layer(x, ei)
+    torch.testing.assert_close(kept[0], layer.lin_skip(x), rtol=0, atol=0)
