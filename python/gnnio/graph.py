@@ -130,10 +130,22 @@ class Graph:
             else:
                 self.csr_by_dst = self._build(self._dst, self._src, num_dst, num_src)
         self._csr_by_src: Optional[CSR] = csc if stored is not None and stored.rows == "src" else None
+        self._register_cache()
+
+    def _register_cache(self) -> None:
         self.cache_key = next(_cache_keys) * 2  # csr_by_dst's plans; +1 for csr_by_src's
         ops.register_cache(self.cache_key)
         ops.register_cache(self.cache_key + 1)
         weakref.finalize(self, _release, self.cache_key)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["cache_key"]  # the descriptors of this process's copy
+        return state
+
+    def __setstate__(self, state):  # a pickled or deep-copied Graph gets descriptors of its own
+        self.__dict__.update(state)
+        self._register_cache()
 
     # -- formats ------------------------------------------------------------------------------
     def _build(self, row, col, num_rows, num_cols) -> CSR:

@@ -7,6 +7,7 @@ import pickle
 import pytest
 import torch
 
+import gnnio
 import gnnio.nn
 from graphs import random_graph
 from layer_pairs import check_against_pyg, make_pair
@@ -46,18 +47,20 @@ def test_batched_features_as_pyg_takes_them(device, name, opts, weighted):
     def call(layer, t):
         return layer(t["x"], ei, t["edge_weight"]) if weighted else layer(t["x"], ei)
     out = check_against_pyg(pyg, ours, call, inputs)
-    assert out.shape == (3, n, 5)
+    assert out.shape == (3, n, 5) and out.is_contiguous()  # as PyG's, for user code's .view
 
 
-@pytest.mark.parametrize("name", ["GCNConv", "GraphConv"])
-def test_edge_weight_of_shape_e_by_1(device, name):
+@pytest.mark.parametrize("name,opts", [("GCNConv", {}), ("GCNConv", {"cached": True}),
+                                       ("GraphConv", {})])
+def test_edge_weight_of_shape_e_by_1(device, name, opts):
     """conv(x, edge_index, data.edge_attr) with one edge feature: PyG broadcasts [E, 1]."""
     ei, n = random_graph(40, 200)
     ei = ei[:, ei[0] != ei[1]].to(device)
-    pyg, ours = make_pair(name, 8, 5, device=device)
+    pyg, ours = make_pair(name, 8, 5, device=device, **opts)
     inputs = {"x": torch.randn(n, 8, device=device),
               "edge_weight": torch.rand(ei.size(1), 1, device=device)}
-    check_against_pyg(pyg, ours, lambda layer, t: layer(t["x"], ei, t["edge_weight"]), inputs)
+    check_against_pyg(pyg, ours, lambda layer, t: layer(t["x"], ei, t["edge_weight"]), inputs,
+                      calls=2 if opts.get("cached") else 1)
 
 
 @pytest.mark.parametrize("name,args,kwargs", [
@@ -71,6 +74,33 @@ def test_attributes_and_repr_as_pyg(name, args, kwargs):
     assert repr(ours) == repr(pyg)
     for attr in ("in_channels", "out_channels", "aggr", "flow", "node_dim"):
         assert getattr(ours, attr) == getattr(pyg, attr), attr
+
+
+@pytest.mark.parametrize("name", ["GATConv", "GATv2Conv"])
+def test_16_bit_model_under_another_16_bit_autocast(name):
+    """A bf16 model under fp16 autocast: the projections come out in fp16, the attention vectors
+    are bf16; the op runs in their promotion, float32, as PyG's does."""
+    ei, n = random_graph(30, 120)
+    x = torch.randn(n, 8).bfloat16()
+    pyg, ours = make_pair(name, 8, 4, heads=2)
+    pyg, ours = pyg.bfloat16(), ours.bfloat16()
+    with torch.autocast("cpu", dtype=torch.float16):
+        out, ref = ours(x, ei), pyg(x, ei)
+    assert out.dtype == ref.dtype == torch.float32
+    # both take the same bf16 weights and fp16 projections; GATv2 in PyG rounds x_i + x_j to
+    # fp16 once more (eps 2^-10 of these O(1) values, through the softmax): 0.02 covers it
+    torch.testing.assert_close(out, ref, rtol=0.02, atol=0.02)
+
+
+def test_pickled_graph_gets_its_own_cache_key():
+    """A Graph's cuSPARSE descriptors are keyed per process object: a copy (pickle, deepcopy,
+    or a pickled cached GCNConv) registers a key of its own."""
+    import copy
+    ei, n = random_graph(30, 120)
+    graph = gnnio.Graph(ei, n)
+    keys = {graph.cache_key, pickle.loads(pickle.dumps(graph)).cache_key,
+            copy.deepcopy(graph).cache_key}
+    assert len(keys) == 3
 
 
 def test_transformer_leaves_a_hooked_skip_projection_alone():

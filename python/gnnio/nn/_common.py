@@ -120,6 +120,13 @@ def materialise_lazy(*pairs) -> None:
         _materialise(pairs)
 
 
+def flat_edge_weight(edge_weight):
+    """An edge_weight of shape [E, 1] as [E], as PyG's messages broadcast it."""
+    if isinstance(edge_weight, torch.Tensor) and edge_weight.dim() == 2 and edge_weight.size(1) == 1:
+        return edge_weight.view(-1)
+    return edge_weight
+
+
 def per_node(aggregate, x: torch.Tensor) -> torch.Tensor:
     """``aggregate(x)`` for x ``[N, F]``; for PyG's batched x ``[B, N, F]`` (node_dim=-2: one
     graph, B feature sets) the same aggregation of each, as one call on ``[N, B * F]``."""
@@ -129,7 +136,7 @@ def per_node(aggregate, x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"node features must be [N, F] or [B, N, F], got shape {list(x.shape)}")
     b, n, f = x.shape
     out = aggregate(x.transpose(0, 1).reshape(n, b * f))
-    return out.view(out.size(0), b, f).transpose(0, 1)
+    return out.view(out.size(0), b, f).transpose(0, 1).contiguous()  # contiguous, as PyG's
 
 
 def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -190,10 +197,7 @@ class GraphCache:
         and need no gradient (checked once per adjacency, so the unweighted caches serve; values
         that require grad are always passed on, as training changes them in place)."""
         if not is_sparse_adjacency(edge_index):
-            if isinstance(edge_weight, torch.Tensor) and edge_weight.dim() == 2 \
-                    and edge_weight.size(1) == 1:
-                edge_weight = edge_weight.view(-1)  # [E, 1], as PyG's message broadcasts it
-            return self.get(edge_index, num_src, num_dst), edge_weight
+            return self.get(edge_index, num_src, num_dst), flat_edge_weight(edge_weight)
         if edge_weight is not None:
             raise ValueError(f"gnnio.nn.{layer}: edge_weight cannot be given with a sparse "
                              "adjacency (PyG would ignore it): its values are the edge weights")

@@ -292,9 +292,10 @@ class GATConv(torch.nn.Module):
         att = alpha_src = alpha_dst = None
         op_dtype = torch.promote_types(h_src.dtype, self.att_src.dtype)  # PyG's, under autocast
         if shared and edge_attr is None and not return_attention_weights:
-            att = torch.cat([self.att_src, self.att_dst]).to(op_dtype)
-        elif shared:
-            alpha_src, alpha_dst = head_scores(h_src, torch.cat([self.att_src, self.att_dst]))
+            att = torch.cat([self.att_src.to(op_dtype), self.att_dst.to(op_dtype)])
+        elif shared:  # (cast first: autocast refuses a cat of 16-bit parameters)
+            alpha_src, alpha_dst = head_scores(h_src, torch.cat([self.att_src.to(op_dtype),
+                                                                 self.att_dst.to(op_dtype)]))
         else:
             alpha_src = head_scores(h_src, self.att_src)[0]
             alpha_dst = None if h_dst is None else head_scores(h_dst, self.att_dst)[0]

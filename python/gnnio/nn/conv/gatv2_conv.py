@@ -139,7 +139,7 @@ class GATv2Conv(torch.nn.Module):
         x_l, x_r, edge_key = (_in_dtype(t, op_dtype) for t in (x_l, x_r, edge_key))
         op_bias = _op_bias(self.concat, res, self.bias, x_l)
         result = graph_attention(graph, "gatv2", x_l, query=x_r, key=x_l, edge_key=edge_key,
-                                 att=self.att, negative_slope=self.negative_slope,
+                                 att=self.att.to(op_dtype), negative_slope=self.negative_slope,
                                  dropout=self.dropout if self.training else 0.0,
                                  return_weights=bool(return_attention_weights), bias=op_bias)
         out, alpha = result if return_attention_weights else (result, None)

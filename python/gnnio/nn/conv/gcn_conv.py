@@ -6,7 +6,7 @@ from torch.nn import Parameter
 
 from gnnio.adjacency import is_sparse_adjacency
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs, linear,
-                               per_node, reset_linear)
+                               flat_edge_weight, per_node, reset_linear)
 from gnnio.ops import gcn_propagate
 
 
@@ -86,6 +86,7 @@ class GCNConv(torch.nn.Module):
         if not isinstance(x, Tensor) or x.dim() not in (2, 3):
             raise ValueError("x must be a Tensor [num_nodes, in_channels] or, batched as PyG "
                              "takes it, [batch, num_nodes, in_channels]")
+        edge_weight = flat_edge_weight(edge_weight)
         if self.cached and self._cached_graph is not None:
             graph, sparse = self._cached_graph, self._cached_adjacency is not None
             if sparse:  # the adjacency's weights of the first call, as PyG caches them
