@@ -19,10 +19,11 @@ if [ "${TEST_S:-240}" -gt 0 ]; then
     tests/python/test_attention_shared_kv.py tests/python/test_transformer_forms.py \
     tests/python/test_attention_cuda.py -k "shared or Transformer or reassociated or dot" \
     -q -p no:cacheprovider > "$OUT/pytest-transformer.log" 2>&1
-  # The layer inputs added since the last device run (sparse adj_t, lazy sizes, HeteroConv):
-  # their CUDA cases (device fixture), ~400, on top.
+  # The layer inputs added since the last device run (sparse adj_t, lazy sizes, HeteroConv,
+  # autocast, batched features): their CUDA cases (device fixture), ~450, on top.
   timeout "${INPUTS_S:-120}" python3 -m pytest tests/python/test_sparse_adjacency.py \
-    tests/python/test_lazy_channels.py tests/python/test_hetero.py -k cuda \
+    tests/python/test_lazy_channels.py tests/python/test_hetero.py \
+    tests/python/test_autocast.py tests/python/test_user_code.py -k cuda \
     -q -p no:cacheprovider > "$OUT/pytest-inputs.log" 2>&1
   echo "tests: $(( $(date +%s) - T0 )) s"
 fi
