@@ -35,19 +35,22 @@ def test_a_called_model_pickles_and_runs_after(name):
     ("GCNConv", {}, True), ("GCNConv", {"normalize": False}, False),
     ("GraphConv", {"aggr": "mean"}, True), ("GraphConv", {"aggr": "max"}, False),
     ("SAGEConv", {}, False), ("SAGEConv", {"aggr": "max", "project": True}, False)])
-def test_batched_features_as_pyg_takes_them(device, name, opts, weighted):
-    """x [B, N, F] (node_dim=-2): B feature sets on one graph, as temporal GNN code passes them.
-    (No self loops: GCN's edge weights of shadowed duplicate loops are test_layers.py's case.)"""
+@pytest.mark.parametrize("batch", [1, 2], ids=["B", "B1xB2"])
+def test_batched_features_as_pyg_takes_them(device, name, opts, weighted, batch):
+    """x [B, N, F] or [B1, B2, N, F] (node_dim=-2): feature sets on one graph, as temporal GNN
+    code passes them. (No self loops: GCN's edge weights of shadowed duplicate loops are
+    test_layers.py's case.)"""
     ei, n = random_graph(40, 200)
     ei = ei[:, ei[0] != ei[1]].to(device)
     pyg, ours = make_pair(name, 8, 5, device=device, **opts)
-    inputs = {"x": torch.randn(3, n, 8, device=device),
+    lead = (3,) if batch == 1 else (2, 3)
+    inputs = {"x": torch.randn(*lead, n, 8, device=device),
               "edge_weight": torch.rand(ei.size(1), device=device) if weighted else None}
 
     def call(layer, t):
         return layer(t["x"], ei, t["edge_weight"]) if weighted else layer(t["x"], ei)
     out = check_against_pyg(pyg, ours, call, inputs)
-    assert out.shape == (3, n, 5) and out.is_contiguous()  # as PyG's, for user code's .view
+    assert out.shape == (*lead, n, 5) and out.is_contiguous()  # as PyG's, for user code's .view
 
 
 @pytest.mark.parametrize("name,opts", [("GCNConv", {}), ("GCNConv", {"cached": True}),

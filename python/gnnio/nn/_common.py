@@ -128,15 +128,17 @@ def flat_edge_weight(edge_weight):
 
 
 def per_node(aggregate, x: torch.Tensor) -> torch.Tensor:
-    """``aggregate(x)`` for x ``[N, F]``; for PyG's batched x ``[B, N, F]`` (node_dim=-2: one
-    graph, B feature sets) the same aggregation of each, as one call on ``[N, B * F]``."""
+    """``aggregate(x)`` for x ``[N, F]``; for PyG's batched x ``[..., N, F]`` (node_dim=-2: one
+    graph, several feature sets) the same aggregation of each, as one call on ``[N, B * F]``."""
     if x.dim() == 2:
         return aggregate(x)
-    if x.dim() != 3:
-        raise ValueError(f"node features must be [N, F] or [B, N, F], got shape {list(x.shape)}")
-    b, n, f = x.shape
-    out = aggregate(x.transpose(0, 1).reshape(n, b * f))
-    return out.view(out.size(0), b, f).transpose(0, 1).contiguous()  # contiguous, as PyG's
+    if x.dim() < 2:
+        raise ValueError(f"node features must be [N, F] or [..., N, F], got shape {list(x.shape)}")
+    lead, (n, f) = x.shape[:-2], x.shape[-2:]
+    b = x[..., 0, 0].numel()
+    out = aggregate(x.reshape(b, n, f).transpose(0, 1).reshape(n, b * f))
+    out = out.view(out.size(0), b, f).transpose(0, 1).contiguous()  # contiguous, as PyG's
+    return out.view(*lead, out.size(1), f)
 
 
 def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:

@@ -83,9 +83,9 @@ class GCNConv(torch.nn.Module):
             raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features as "
                              "input while this layer does not support bipartite message passing. "
                              "Please try other layers such as 'SAGEConv' or 'GraphConv' instead")
-        if not isinstance(x, Tensor) or x.dim() not in (2, 3):
+        if not isinstance(x, Tensor) or x.dim() < 2:
             raise ValueError("x must be a Tensor [num_nodes, in_channels] or, batched as PyG "
-                             "takes it, [batch, num_nodes, in_channels]")
+                             "takes it, [..., num_nodes, in_channels]")
         edge_weight = flat_edge_weight(edge_weight)
         if self.cached and self._cached_graph is not None:
             graph, sparse = self._cached_graph, self._cached_adjacency is not None
