@@ -13,7 +13,7 @@ import gnnio
 import gnnio.nn
 from graphs import adversarial, random_graph, real
 from layer_pairs import (
-    gcn_adds_loops, make_pair, shadowed_self_loops, gcn_weights, check_against_pyg,
+    gcn_adds_loops, make_pair, max_degree, shadowed_self_loops, gcn_weights, check_against_pyg,
     graph_inputs, call_with_weight, call_without_weight)
 
 GRAPHS = [("cora",) + real("cora"), ("as20000102",) + real("as20000102")] + adversarial()
@@ -42,7 +42,9 @@ def test_gcn_conv(device, name, ei, n, f_in, f_out, opts, weighted):
     if weighted and gcn_adds_loops(opts):
         inputs["edge_weight"], shadowed = gcn_weights(ei, inputs["edge_weight"])
     calls = 2 if opts.get("cached") else 1
-    check_against_pyg(pyg, ours, call_with_weight(ei), inputs, calls=calls, shadowed=shadowed)
+    terms = max_degree(ei) + 1 if opts.get("normalize", True) else 1
+    check_against_pyg(pyg, ours, call_with_weight(ei), inputs, calls=calls, shadowed=shadowed,
+                      edge_weight_terms=terms)
 
 
 def test_gcn_duplicate_self_loops(device):
