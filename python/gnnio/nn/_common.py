@@ -85,8 +85,7 @@ class _LazyLinear(torch.nn.LazyLinear):
                 self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.in_features != 0 and not self.has_uninitialized_params():
-            reset_linear(self, self.weight_initializer)
+        reset_linear(self, self.weight_initializer)  # (a no-op until the size is known)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

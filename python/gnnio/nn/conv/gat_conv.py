@@ -1,4 +1,3 @@
-import math
 from typing import Optional, Tuple, Union
 
 import torch
@@ -16,9 +15,6 @@ from gnnio.ops import graph_attention, head_scores
 # Helpers shared by the attention layers (GATConv, GATv2Conv, TransformerConv).
 
 _FILL_REDUCTIONS = ("add", "sum", "mean", "min", "max", "mul", "any")
-
-
-_glorot, _reset_linear = glorot, reset_linear  # the names the attention layers share
 
 
 def _check_aggr(layer: str, kwargs: dict) -> None:
@@ -256,11 +252,11 @@ class GATConv(torch.nn.Module):
     def reset_parameters(self):
         for lin in (self.lin, self.lin_src, self.lin_dst, self.lin_edge, self.res):
             if lin is not None:
-                _reset_linear(lin, "glorot")
-        _glorot(self.att_src)
-        _glorot(self.att_dst)
+                reset_linear(lin, "glorot")
+        glorot(self.att_src)
+        glorot(self.att_dst)
         if self.att_edge is not None:
-            _glorot(self.att_edge)
+            glorot(self.att_edge)
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
         self._graphs.clear()

@@ -4,11 +4,11 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
-from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, linear,
-                               linears_of_one_input, materialise_lazy, split_pair)
+from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, glorot, linear,
+                               linears_of_one_input, materialise_lazy, reset_linear, split_pair)
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
-                                    _combine_heads, _edge_attr_of, _glorot, _in_dtype, _op_bias,
-                                    _reset_linear, _returned_weights, _with_self_loops)
+                                    _combine_heads, _edge_attr_of, _in_dtype, _op_bias,
+                                    _returned_weights, _with_self_loops)
 from gnnio.ops import graph_attention
 
 
@@ -90,13 +90,13 @@ class GATv2Conv(torch.nn.Module):
 
     def reset_parameters(self):
         # As PyG: lin_r is reset even when it is lin_l (twice, so the random stream matches).
-        _reset_linear(self.lin_l, "glorot")
-        _reset_linear(self.lin_r, "glorot")
+        reset_linear(self.lin_l, "glorot")
+        reset_linear(self.lin_r, "glorot")
         if self.lin_edge is not None:
-            _reset_linear(self.lin_edge, "glorot")
+            reset_linear(self.lin_edge, "glorot")
         if self.res is not None:
-            _reset_linear(self.res, "glorot")
-        _glorot(self.att)
+            reset_linear(self.res, "glorot")
+        glorot(self.att)
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
         self._graphs.clear()

@@ -5,9 +5,8 @@ import torch
 from torch import Tensor
 
 from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, check_in_channels, linear,
-                               linears_of_one_input, materialise_lazy, split_pair)
-from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _edge_attr_of, _reset_linear,
-                                   _returned_edge_index)
+                               linears_of_one_input, materialise_lazy, reset_linear, split_pair)
+from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _edge_attr_of, _returned_edge_index
 from gnnio.ops import attention_weights, graph_attention
 from gnnio.nn.conv._reassociated import ReassociatedAttention
 from gnnio.plan import plan_attention, plan_transformer
@@ -97,7 +96,7 @@ class TransformerConv(torch.nn.Module):
         for lin in (self.lin_key, self.lin_query, self.lin_value, self.lin_edge, self.lin_skip,
                     self.lin_beta):
             if lin is not None:
-                _reset_linear(lin)
+                reset_linear(lin)
         self._graphs.clear()
 
     def forward(self, x, edge_index, edge_attr: Optional[Tensor] = None,
