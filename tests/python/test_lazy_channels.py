@@ -87,7 +87,12 @@ def test_lazy_layer_loads_a_materialised_checkpoint(device, name, in_channels, o
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)  # float32 sums in another order
     back = getattr(pyg_nn, name)(in_channels, 4, **opts).to(device)
     back.load_state_dict(ours.state_dict())
-    torch.testing.assert_close(call(back, t), ref, rtol=0, atol=0)
+    # The round trip keeps every parameter's bits, so back is pyg. (Its output is pyg's bits on
+    # the CPU only: PyG's scatter on CUDA sums with atomics, so two runs of one layer differ.)
+    mine, theirs = back.state_dict(), pyg.state_dict()
+    assert set(mine) == set(theirs) and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    if device == "cpu":
+        torch.testing.assert_close(call(back, t), ref, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name,in_channels,opts", LAZY, ids=IDS)

@@ -90,17 +90,17 @@ __global__ void __launch_bounds__(kRowThreads, row_blocks(kForwardMinBlocks<K, C
     // A new running max rescales what was summed so far (exp(-inf) = 0 on the first step).
     const float r = expf(m - m_new);
     m = m_new;
-    s *= r;
+    s = rescale(s, r);
 #pragma unroll
-    for (int t = 0; t < CPL; ++t) acc[t] *= r;
+    for (int t = 0; t < CPL; ++t) acc[t] = rescale(acc[t], r);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (u >= n) continue;
       const float w = expf(e[u] - m);
-      s += w;
-      const float wr = w * dropout_factor(p, base + u0 + u, h);
+      s = add_weight(s, w);
+      const float wr = drop(w, dropout_factor(p, base + u0 + u, h));
 #pragma unroll
-      for (int t = 0; t < CPL; ++t) acc[t] += wr * v[u][t];
+      for (int t = 0; t < CPL; ++t) acc[t] = add_weighted(acc[t], wr, v[u][t]);
     }
   };
   for (int64_t base = begin; base < end; base += Batch::kSize) {
@@ -318,23 +318,23 @@ __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(Attent
         for (int u = 0; u < U; ++u) {
           float part = 0.0f;
 #pragma unroll
-          for (int t = 0; t < CPL; ++t) part += q[h][t] * x[u][t];
+          for (int t = 0; t < CPL; ++t) part = dot_step(part, q[h][t], x[u][t]);
           e[u] = g.sum(part) * scale;
           if (u < n) m_new = fmaxf(m_new, e[u]);
         }
         const float r = expf(m[h] - m_new);
         m[h] = m_new;
-        s[h] *= r;
+        s[h] = rescale(s[h], r);
 #pragma unroll
-        for (int t = 0; t < CPL; ++t) acc[h][t] *= r;
+        for (int t = 0; t < CPL; ++t) acc[h][t] = rescale(acc[h][t], r);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           if (u >= n) continue;
           const float w = expf(e[u] - m_new);
-          s[h] += w;
-          const float wr = w * dropout_factor(p, base + u0 + u, h0 + h);
+          s[h] = add_weight(s[h], w);
+          const float wr = drop(w, dropout_factor(p, base + u0 + u, h0 + h));
 #pragma unroll
-          for (int t = 0; t < CPL; ++t) acc[h][t] += wr * x[u][t];
+          for (int t = 0; t < CPL; ++t) acc[h][t] = add_weighted(acc[h][t], wr, x[u][t]);
         }
       }
     }

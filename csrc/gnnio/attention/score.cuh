@@ -60,6 +60,18 @@ struct Group {
   }
 };
 
+// The online-softmax step's arithmetic, each rounding pinned: __fmul_rn and __fadd_rn are never
+// contracted into an FMA, __fmaf_rn always is one. Two kernels that claim each other's bits
+// (shared_rows_forward_kernel against forward_kernel on the rows copied per head) must not depend
+// on where nvcc contracts `acc *= r; acc += w * v` (fma(acc, r, w v) or fma(w, v, acc r)), which
+// is its choice per instantiation: the float16 shared-row forward at 8 channels a lane differed
+// from the per-head kernel's bits (the device run of 2026-12-05) while float32 and bfloat16 agreed.
+__device__ inline float dot_step(float part, float a, float b) { return __fmaf_rn(a, b, part); }
+__device__ inline float rescale(float v, float r) { return __fmul_rn(v, r); }
+__device__ inline float add_weight(float s, float w) { return __fadd_rn(s, w); }
+__device__ inline float add_weighted(float acc, float w, float v) { return __fmaf_rn(w, v, acc); }
+__device__ inline float drop(float w, float factor) { return __fmul_rn(w, factor); }
+
 template <typename acc_t>
 __device__ inline acc_t leaky(acc_t v, acc_t slope) { return v > acc_t(0) ? v : v * slope; }
 
@@ -345,7 +357,7 @@ __device__ inline float score_of(const AttentionParams& p, const Group<L>& g,
       part += d.att[t] * leaky(z[t], slope);
     } else {
       z[t] = kk[t];
-      part += d.q[t] * kk[t];
+      part = dot_step(part, d.q[t], kk[t]);
     }
   }
   const float e = g.sum(part);
