@@ -494,8 +494,10 @@ def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, we
     directly), autocast (its casts are the linears'), or on CUDA more ``heads`` or input
     ``features`` than the shared-row kernel holds (8 heads of up to 128 features, 4 of up to
     256: attention_forward_cuda_shared_rows; the op would copy x per head).
-    'auto' picks 'direct' on every device for now: on the CPU the reassociated form was measured
-    1.7-2.8x slower (bench/NOTES.md v19), and on CUDA it has not run yet."""
+    'auto' picks 'direct' on every device: the reassociated form was measured slower on the CPU
+    (1.7-2.8x, bench/NOTES.md v19) and on the H200 (its forward 1.4-1.6x direct's on graphs of
+    mean in-degree 16 and 50, NOTES v20: its shared-row kernel does 4x the per-slot arithmetic
+    that its halved gather saves)."""
     compiling = torch.compiler.is_compiling()
     source = "argument"
     if form is None:
@@ -503,7 +505,8 @@ def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, we
     if form not in TRANSFORMER_FORMS + ("auto",):
         raise ValueError(f"{source} must be 'direct', 'reassociated' or 'auto', got {form!r}")
     if form == "auto":
-        return "direct", f"direct: the default on {device.type}"
+        return "direct", (f"direct: the default on {device.type} (the reassociated form "
+                          f"measured slower, bench/NOTES.md v20)")
     if form == "direct":
         return "direct", f"direct: forced ({source})"
     blockers = [name for name, on in (("an edge term", edge_term), ("dropout", dropout),

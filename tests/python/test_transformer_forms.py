@@ -120,7 +120,8 @@ def test_plan_transformer_default_and_forcing(monkeypatch):
     monkeypatch.delenv(FORM, raising=False)
     cpu = torch.device("cpu")
     flags = dict(edge_term=False, dropout=False, weights=False)
-    assert plan_transformer(cpu, **flags) == ("direct", "direct: the default on cpu")
+    form, reason = plan_transformer(cpu, **flags)
+    assert form == "direct" and reason.startswith("direct: the default on cpu") and "v20" in reason
     assert plan_transformer(torch.device("cuda"), **flags)[0] == "direct"
     assert plan_transformer(cpu, form="reassociated", **flags) == \
         ("reassociated", "reassociated: forced (argument)")
