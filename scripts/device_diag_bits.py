@@ -80,8 +80,79 @@ def layouts():
         print(f"GraphConv {k}: equal to csr's {torch.equal(v, lo['csr'])}, max |d| {(v - lo['csr']).abs().max().item():.3g}")
 
 
+def shared_rows_fp16():
+    """Which of the two float16 results is the correctly rounded one, and whether the difference
+    follows the data (float32 kernels on float16-representable values; subnormals zeroed)."""
+    heads, channels = 4, 256
+    dtype = getattr(torch, os.environ.get("DIAG_DTYPE", "float16"))  # float32: a CPU dry run
+    graph, query, key, value = make("random", heads, channels, dtype, True, "diag-4-256")
+    ei = torch.stack([graph._src, graph._dst]).long().cpu()
+    cpu = gnnio.Graph(ei, size=(graph.num_src, graph.num_dst))
+    kw = dict(scale=0.2, seed=99)
+
+    def pair(q, v):
+        with torch.no_grad():
+            out = gnnio.ops.graph_attention(graph, "dot", v, query=q, key=v, **kw)
+            vc = copied(v, heads)
+            ref = gnnio.ops.graph_attention(graph, "dot", vc, query=q, key=vc, **kw)
+        return out, ref
+    q, v = query.detach(), value.detach()
+    out, ref = pair(q, v)
+    with torch.no_grad():
+        exact = gnnio.ops.graph_attention(cpu, "dot", v.cpu().double(), query=q.cpu().double(),
+                                          key=v.cpu().double(), **kw).to(DEV)
+    bad = out != ref
+    err = lambda t: (t.double() - exact).abs()[bad]  # noqa: E731
+    print(f"fp16: {int(bad.sum())} differ; at them |out - exact| mean {err(out).mean().item():.3g}, "
+          f"|ref - exact| mean {err(ref).mean().item():.3g}; out nearer in "
+          f"{int((err(out) < err(ref)).sum())}, ref nearer in {int((err(ref) < err(out)).sum())}")
+    o32, r32 = pair(q.float(), v.float())
+    print(f"fp32 on the same (fp16-representable) values: {int((o32 != r32).sum())} differ")
+    print(f"fp16 results rounded from the fp32 ones: out {int((o32.half() != out).sum())}, "
+          f"ref {int((r32.half() != ref).sum())} differ")
+    tiny = lambda t: t.masked_fill(t.abs() < 6.1e-5, 0)  # noqa: E731 (float16 subnormals)
+    print(f"subnormals: query {int((q.abs() < 6.1e-5).sum() - (q == 0).sum())}, value "
+          f"{int((v.abs() < 6.1e-5).sum() - (v == 0).sum())}")
+    o, r = pair(tiny(q), tiny(v))
+    print(f"fp16 with subnormals zeroed: {int((o != r).sum())} differ")
+
+
+def layouts_grad():
+    """test_csc_and_coo_give_the_bits_of_csr's steps (learnable values, x with a gradient), each
+    tensor compared with the CSR run's."""
+    torch.use_deterministic_algorithms(True)
+    from layer_pairs import make_pair
+    ei, n = real("cora")
+    ei = coalesced_edges(ei, (n, n)).to(DEV)
+    for name, opts in [("GraphConv", {}), ("SAGEConv", {}), ("GCNConv", {})]:
+        torch.manual_seed(0)
+        _, layer = make_pair(name, 9, 6, device=DEV, **opts)
+        x = torch.randn(n, 9, device=DEV)
+        w = torch.rand(ei.size(1), device=DEV) + 0.5
+        runs = {}
+        for lay in ("csr", "coo", "csc", "csr"):
+            for learnable in (True, False):
+                xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_(learnable)
+                layer.zero_grad()
+                out = layer(xl, adjacency(ei, (n, n), wl, lay))
+                out.backward(torch.ones_like(out))
+                got = {"out": out.detach(), "x.grad": xl.grad, "w.grad": wl.grad}
+                got.update({p: t.grad.clone() for p, t in layer.named_parameters()})
+                key = (lay, learnable)
+                if key in runs:
+                    key = (lay + "-again", learnable)
+                runs[key] = got
+        for key, got in runs.items():
+            base = runs[("csr", key[1])]
+            diff = [k for k in got if (got[k] is None) != (base[k] is None)
+                    or (got[k] is not None and not torch.equal(got[k], base[k]))]
+            print(f"{name} {key}: differs from csr in {diff}")
+
+
 if __name__ == "__main__":
-    for step in (shared_rows, layouts):
+    steps = {"shared_rows": shared_rows, "layouts": layouts, "fp16": shared_rows_fp16,
+             "layouts_grad": layouts_grad}
+    for step in [steps[a] for a in sys.argv[1:]] or steps.values():
         try:
             step()
         except Exception as e:  # one failing diagnostic must not hide the other
