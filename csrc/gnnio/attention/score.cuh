@@ -61,11 +61,12 @@ struct Group {
 };
 
 // The online-softmax step's arithmetic, each rounding pinned: __fmul_rn and __fadd_rn are never
-// contracted into an FMA, __fmaf_rn always is one. Two kernels that claim each other's bits
-// (shared_rows_forward_kernel against forward_kernel on the rows copied per head) must not depend
-// on where nvcc contracts `acc *= r; acc += w * v` (fma(acc, r, w v) or fma(w, v, acc r)), which
-// is its choice per instantiation: the float16 shared-row forward at 8 channels a lane differed
-// from the per-head kernel's bits (the device run of 2026-12-05) while float32 and bfloat16 agreed.
+// contracted into an FMA, __fmaf_rn always is one. Kernels that claim each other's bits
+// (shared_rows_forward_kernel against forward_kernel on the rows copied per head) then do not
+// depend on where nvcc contracts `acc *= r; acc += w * v` (fma(acc, r, w v) or fma(w, v, acc r)),
+// its choice per instantiation. (The float16 difference between those two kernels found on the
+// H200 on 2026-12-05 is not this: it stayed with the pins; bench/NOTES.md v20. Timings with the
+// pins are those without, within run-to-run noise.)
 __device__ inline float dot_step(float part, float a, float b) { return __fmaf_rn(a, b, part); }
 __device__ inline float rescale(float v, float r) { return __fmul_rn(v, r); }
 __device__ inline float add_weight(float s, float w) { return __fadd_rn(s, w); }
