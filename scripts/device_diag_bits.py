@@ -149,9 +149,27 @@ def layouts_grad():
             print(f"{name} {key}: differs from csr in {diff}")
 
 
+def scales():
+    """The score's product pinned (scaled_score): per-head float16 against its own float32 result
+    rounded, and the shared-row kernel against both, at scales whose product is inexact (0.2,
+    0.3) and exact (powers of two). All 0 once no build fuses e * scale into e - m."""
+    graph, query, _, value = make("random", 4, 256, torch.float16, True, "diag-4-256")
+    q, v = query.detach(), value.detach()
+    vc = copied(v, 4)
+    with torch.no_grad():
+        for s in (0.2, 0.3, 0.25, 0.5, 1.0):
+            a16 = gnnio.ops.graph_attention(graph, "dot", vc, query=q, key=vc, scale=s, seed=99)
+            a32 = gnnio.ops.graph_attention(graph, "dot", vc.float(), query=q.float(), key=vc.float(),
+                                            scale=s, seed=99).half()
+            b16 = gnnio.ops.graph_attention(graph, "dot", v, query=q, key=v, scale=s, seed=99)
+            print(f"scale {s}: per-head fp16 vs its fp32 rounded {int((a16 != a32).sum())}, "
+                  f"shared vs per-head fp16 {int((b16 != a16).sum())}, shared vs fp32 rounded "
+                  f"{int((b16 != a32).sum())}")
+
+
 if __name__ == "__main__":
     steps = {"shared_rows": shared_rows, "layouts": layouts, "fp16": shared_rows_fp16,
-             "layouts_grad": layouts_grad}
+             "layouts_grad": layouts_grad, "scales": scales}
     for step in [steps[a] for a in sys.argv[1:]] or steps.values():
         try:
             step()

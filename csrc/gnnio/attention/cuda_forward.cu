@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(Attent
           float part = 0.0f;
 #pragma unroll
           for (int t = 0; t < CPL; ++t) part = dot_step(part, q[h][t], x[u][t]);
-          e[u] = g.sum(part) * scale;
+          e[u] = scaled_score(g.sum(part), scale);
           if (u < n) m_new = fmaxf(m_new, e[u]);
         }
         const float r = expf(m[h] - m_new);

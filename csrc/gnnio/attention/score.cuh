@@ -62,11 +62,14 @@ struct Group {
 
 // The online-softmax step's arithmetic, each rounding pinned: __fmul_rn and __fadd_rn are never
 // contracted into an FMA, __fmaf_rn always is one. Kernels that claim each other's bits
-// (shared_rows_forward_kernel against forward_kernel on the rows copied per head) then do not
-// depend on where nvcc contracts `acc *= r; acc += w * v` (fma(acc, r, w v) or fma(w, v, acc r)),
-// its choice per instantiation. (The float16 difference between those two kernels found on the
-// H200 on 2026-12-05 is not this: it stayed with the pins; bench/NOTES.md v20. Timings with the
-// pins are those without, within run-to-run noise.)
+// (shared_rows_forward_kernel against forward_kernel on the rows copied per head) must not
+// depend on where nvcc / ptxas contract, which is their choice per instantiation. It was not
+// the same: in forward_kernel<kDot, __half, .., L 32, CPL 8> alone, ptxas fused the score's
+// `e * scale` into the next `e - m` (one FFMA, fma(e, scale, -m)): the slot's weight then came
+// from the unrounded product, 1 float16 ulp off in ~1e-4 of the outputs against the float32
+// build and the shared-row kernel (H200, 2026-12-05; SASS; bench/NOTES.md v20). scaled_score
+// rounds the product first, so `e - m` is a plain subtraction in every build.
+__device__ inline float scaled_score(float e, float scale) { return __fmul_rn(e, scale); }
 __device__ inline float dot_step(float part, float a, float b) { return __fmaf_rn(a, b, part); }
 __device__ inline float rescale(float v, float r) { return __fmul_rn(v, r); }
 __device__ inline float add_weight(float s, float w) { return __fadd_rn(s, w); }
@@ -362,7 +365,7 @@ __device__ inline float score_of(const AttentionParams& p, const Group<L>& g,
     }
   }
   const float e = g.sum(part);
-  return K == ScoreKind::kDot ? e * static_cast<float>(p.scale) : e;
+  return K == ScoreKind::kDot ? scaled_score(e, static_cast<float>(p.scale)) : e;
 }
 
 // e of slot k (edge j -> i, head h), loads and arithmetic together.
