@@ -506,7 +506,7 @@ def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, we
         raise ValueError(f"{source} must be 'direct', 'reassociated' or 'auto', got {form!r}")
     if form == "auto":
         return "direct", (f"direct: the default on {device.type} (the reassociated form "
-                          f"measured slower, bench/NOTES.md v20)")
+                          f"measured slower, bench/NOTES.md v19 on the CPU, v20 on the H200)")
     if form == "direct":
         return "direct", f"direct: forced ({source})"
     blockers = [name for name, on in (("an edge term", edge_term), ("dropout", dropout),

@@ -124,8 +124,8 @@ def test_csc_and_coo_give_the_bits_of_csr(device, name, opts, spmm_family):
     """One matrix in three layouts: the edges reach the kernels in the same order within each
     destination (CSC's storage is sorted by (source, destination)), so every output and
     gradient is bit-identical, and a second CSR call repeats them. On CUDA under
-    torch.use_deterministic_algorithms: cuSPARSE's SpMM (the default there) is not bitwise
-    repeatable even on one layout (spmm/policy.h)."""
+    torch.use_deterministic_algorithms: CUDA's default paths (cuSPARSE's SpMM, atomics) are not
+    bitwise repeatable even on one layout (spmm/policy.h)."""
     if opts.get("cached"):
         pytest.skip("a cached layer keeps its first adjacency")
     if device.type == "cuda":
@@ -213,7 +213,8 @@ def test_returned_attention_weights_match_pyg(device, name, opts, layout):
     for edges, size in ((ei, (n, n)), (ei_r, (n_r, n_r))):
         edges = coalesced_edges(edges, size).to(device)
         pyg, ours = make_pair(name, 5, 3, heads=2, device=device, **opts)
-        x = torch.randn(size[0], 5, dtype=torch.float64, device=device)
+        # drawn in the dtype under test: the float64 reference sees the same inputs
+        x = torch.randn(size[0], 5, dtype=torch.float64, device=device).to(dtype).double()
 
         def run(layer, dt):
             adj = adjacency(edges, size, torch.ones(edges.size(1), dtype=dt, device=device), layout)
@@ -243,6 +244,7 @@ def _attention_dtype(device):
 def _close_to_pyg(ours, pyg, exact):
     """float64: PyG's float64 to 1e-12 (the same sums in another order); float32: the suite's
     rule (at most 2x PyG's float32 error against its float64)."""
+    assert ours.shape == pyg.shape == exact.shape
     if ours.dtype == torch.float64:
         torch.testing.assert_close(ours, pyg, rtol=1e-12, atol=1e-12)
     else:
@@ -257,6 +259,7 @@ def test_uncoalesced_coo_duplicates_follow_pyg(device):
     ij = torch.tensor([[1, 1, 0, 2, 1, 2, 3], [0, 0, 2, 1, 2, 1, 1]], device=device)  # [dst, src]
     n = 4
     x = torch.randn(n, 5, dtype=torch.float64, device=device)
+    x32 = x.float().double()  # what the float32 runs and their float64 reference share
     for name, opts, weighted in [("SAGEConv", {}, True), ("GraphConv", {"aggr": "mean"}, True),
                                  ("GraphConv", {}, True), ("GCNConv", {}, True),
                                  ("GATConv", {"add_self_loops": False}, False),
@@ -270,10 +273,12 @@ def test_uncoalesced_coo_duplicates_follow_pyg(device):
             return torch.sparse_coo_tensor(ij, w.to(dt), (n, n))
         assert not adj(dtype).is_coalesced()
 
+        xs = x if dtype == torch.float64 else x32
+
         def pyg_run(dt):
             layer = copy.deepcopy(pyg).to(dt)
-            return layer(x.to(dt), adj(dt)) if weighted else layer(x.to(dt), ij.flip(0))
-        out = copy.deepcopy(ours).to(dtype)(x.to(dtype), adj(dtype))
+            return layer(xs.to(dt), adj(dt)) if weighted else layer(xs.to(dt), ij.flip(0))
+        out = copy.deepcopy(ours).to(dtype)(xs.to(dtype), adj(dtype))
         _close_to_pyg(out, pyg_run(dtype), pyg_run(torch.float64))
     # merged duplicates of unit entries hold 2: a max over w x, which gnnio does not do yet
     with pytest.raises(NotImplementedError, match="values are not all 1"):

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kForwardThreads)
         if (a >= num_att || !has_channels) continue;
         const acc_t* att_row = att + (int64_t(a) * heads + h) * channels + c0;
 #pragma unroll
-        for (int e = 0; e < V; ++e) sum[a] += v[u][e] * att_row[e];
+        for (int e = 0; e < V; ++e) sum[a] = fma_pinned(v[u][e], att_row[e], sum[a]);
       }
 #pragma unroll
       for (int a = 0; a < kMaxAtt; ++a) {

@@ -232,7 +232,7 @@ template <typename scalar_t, int L, int CPL>
 __device__ inline float row_score(const Group<L>& g, const float (&row)[CPL], const float (&a)[CPL]) {
   float part = 0.0f;
 #pragma unroll
-  for (int t = 0; t < CPL; ++t) part += row[t] * a[t];
+  for (int t = 0; t < CPL; ++t) part = fma_pinned(row[t], a[t], part);
   return to_acc(from_acc<scalar_t>(g.sum(part)));
 }
 
