@@ -177,11 +177,12 @@ __global__ void __launch_bounds__(kMergeThreads, CPL >= 8 ? 5 : 8) merge_kernel(
       if (it0 + int64_t(u) * G >= last) break;
       const float m = mb[u], M_new = fmaxf(M, m);
       const float r_old = expf(M - M_new), r = expf(m - M_new);
-      S = S * r_old + sb[u] * r;
+      // (Pinned roundings, score.cuh: every dtype's build merges with the same bits.)
+      S = add_weight(rescale(S, r_old), rescale(sb[u], r));
 #pragma unroll
       for (int t = 0; t < CPL; ++t) {
         const int64_t c = int64_t(g.sub) * CPL + t;
-        acc[t] = acc[t] * r_old + (c < C ? ab[u][t] * r : 0.0f);
+        acc[t] = add_weight(rescale(acc[t], r_old), c < C ? rescale(ab[u][t], r) : 0.0f);
       }
       M = M_new;
     }
@@ -207,11 +208,11 @@ __global__ void __launch_bounds__(kMergeThreads, CPL >= 8 ? 5 : 8) merge_kernel(
   for (int w = 0; w < used; ++w) {
     if (sm_m[w] == -INFINITY) continue;  // a group without items
     const float r = expf(sm_m[w] - M);
-    S += sm_s[w] * r;
+    S = add_weighted(S, sm_s[w], r);
 #pragma unroll
     for (int t = 0; t < CPL; ++t) {
       const int64_t c = int64_t(g.sub) * CPL + t;
-      if (c < C) acc[t] += sm_acc[w * C + c] * r;
+      if (c < C) acc[t] = add_weighted(acc[t], sm_acc[w * C + c], r);
     }
   }
   const int64_t i = p.split.heavy_rows[hi];
