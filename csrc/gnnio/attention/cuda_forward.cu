@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kRowThreads) shared_rows_forward_kernel(Attent
         for (int u = 0; u < U; ++u) {
           float part = 0.0f;
 #pragma unroll
-          for (int t = 0; t < CPL; ++t) part = dot_step(part, q[h][t], x[u][t]);
+          for (int t = 0; t < CPL; ++t) part = fma_pinned(q[h][t], x[u][t], part);
           e[u] = scaled_score(g.sum(part), scale);
           if (u < n) m_new = fmaxf(m_new, e[u]);
         }

@@ -61,7 +61,7 @@ struct Group {
 };
 
 // The online-softmax step's arithmetic, each rounding pinned: __fmul_rn and __fadd_rn are never
-// contracted into an FMA, __fmaf_rn always is one. Kernels that claim each other's bits
+// contracted into an FMA, fma_pinned (convert.cuh; also the scores' dot products) always is one. Kernels that claim each other's bits
 // (shared_rows_forward_kernel against forward_kernel on the rows copied per head) must not
 // depend on where nvcc / ptxas contract, which is their choice per instantiation. It was not
 // the same: in forward_kernel<kDot, __half, .., L 32, CPL 8> alone, ptxas fused the score's
@@ -70,10 +70,9 @@ struct Group {
 // build and the shared-row kernel (H200, 2026-12-05; SASS; bench/NOTES.md v20). scaled_score
 // rounds the product first, so `e - m` is a plain subtraction in every build.
 __device__ inline float scaled_score(float e, float scale) { return __fmul_rn(e, scale); }
-__device__ inline float dot_step(float part, float a, float b) { return __fmaf_rn(a, b, part); }
 __device__ inline float rescale(float v, float r) { return __fmul_rn(v, r); }
 __device__ inline float add_weight(float s, float w) { return __fadd_rn(s, w); }
-__device__ inline float add_weighted(float acc, float w, float v) { return __fmaf_rn(w, v, acc); }
+__device__ inline float add_weighted(float acc, float w, float v) { return fma_pinned(w, v, acc); }
 __device__ inline float drop(float w, float factor) { return __fmul_rn(w, factor); }
 
 template <typename acc_t>
@@ -361,7 +360,7 @@ __device__ inline float score_of(const AttentionParams& p, const Group<L>& g,
       part += d.att[t] * leaky(z[t], slope);
     } else {
       z[t] = kk[t];
-      part = dot_step(part, d.q[t], kk[t]);
+      part = fma_pinned(d.q[t], kk[t], part);
     }
   }
   const float e = g.sum(part);

@@ -21,7 +21,8 @@ __device__ inline float to_acc(__half v) { return __half2float(v); }
 __device__ inline float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // a * b + c rounded once, whatever nvcc / ptxas would contract: for sums that two kernels claim
-// to compute with the same bits (attention's row_score and head_scores' piece kernel).
+// to compute with the same bits (attention's dot scores, its accumulation, and row_score against
+// head_scores' piece kernel).
 __device__ inline float fma_pinned(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 __device__ inline double fma_pinned(double a, double b, double c) { return __fma_rn(a, b, c); }
 
