@@ -48,6 +48,7 @@ def _extension():
         "csrc/gnnio/attention/head_scores_cpu.cpp",
         "csrc/gnnio/wsb/build_cpu.cpp",
         "csrc/gnnio/wsb/cpu.cpp",
+        "csrc/gnnio/wsb/attention_cpu.cpp",
         "csrc/gnnio/dense/column_sum_cpu.cpp",
         "csrc/torch/registration.cpp",
         "csrc/torch/graph_ops.cpp",
@@ -60,6 +61,7 @@ def _extension():
         "csrc/torch/head_scores_ops.cpp",
         "csrc/torch/wsb_ops.cpp",
         "csrc/torch/wsb_autograd.cpp",
+        "csrc/torch/wsb_attention_ops.cpp",
         "csrc/torch/column_sum_ops.cpp",
     ]
     cxx = ["-O3", "-std=c++17", "-fopenmp"]

@@ -77,6 +77,26 @@ def _segment_reduce_backward_fake(rowptr_t, col_t, t2c, arg, grad_out, num_src, 
     return grad_out.new_empty(num_src, grad_out.size(1))
 
 
+@torch.library.register_fake("gnnio::wsb_gat_attention")
+def _wsb_gat_attention_fake(block_rowptr, block_col, count, src_score, dst_score, value, num_dst,
+                            negative_slope, save_out_acc):
+    heads, channels = value.size(1), value.size(2)
+    stats_dtype = torch.float64 if value.dtype == torch.float64 else torch.float32
+    acc = save_out_acc and value.element_size() == 2
+    return (value.new_empty(num_dst, heads, channels),
+            value.new_empty(num_dst, heads, 2, dtype=stats_dtype),
+            value.new_empty(*((num_dst, heads, channels) if acc else (0,)), dtype=torch.float32))
+
+
+@torch.library.register_fake("gnnio::wsb_gat_attention_backward")
+def _wsb_gat_attention_backward_fake(block_rowptr, block_col, count, block_rowptr_t, block_col_t,
+                                     count_t, src_score, dst_score, value, out, stats, grad_out,
+                                     negative_slope, needs):
+    return (src_score.new_empty(src_score.shape) if needs[0] else None,
+            dst_score.new_empty(dst_score.shape) if needs[1] and dst_score is not None else None,
+            value.new_empty(value.shape) if needs[2] else None)
+
+
 @torch.library.register_fake("gnnio::graph_attention")
 def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_score, query, key,
                           edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,

@@ -313,6 +313,15 @@ class Graph:
         value, value_t = self.spmm_values(dtype, reduce, edge_weight, need_transpose)
         return self._wsb_pack(False, value), self._wsb_pack(True, value_t) if need_transpose else None
 
+    def wsb_counts(self, transpose: bool = False) -> torch.Tensor:
+        """Edges per entry of each WSB tile ``[num_tiles, 16, 16]`` float32 (of the transpose's
+        tiles with ``transpose=True``): what GAT attention on tiles weighs each softmax term by
+        (a duplicate edge is a second term with the same score). Cached."""
+        def compute():
+            ones = torch.ones(self.num_edges, dtype=torch.float32, device=self.device)
+            return self._wsb_pack(transpose, ones)
+        return self._cached(("wsb_counts", transpose), compute)
+
     def _wsb_pack(self, transpose: bool, value: torch.Tensor) -> torch.Tensor:
         """Per-slot values of csr_by_dst (csr_by_src with ``transpose``) scattered into tiles."""
         w = self.wsb(transpose)

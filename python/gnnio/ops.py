@@ -5,7 +5,8 @@ import torch
 
 from gnnio._ops import ops as _ops
 from gnnio.graph import Graph
-from gnnio.plan import plan_attention, plan_reduce, spmm_backend
+from gnnio.plan import attention_backend, plan_attention, plan_reduce, spmm_backend
+from gnnio.wsb_attention import wsb_attention_blockers, wsb_gat_attention
 
 __all__ = ["spmm", "gcn_propagate", "segment_reduce", "graph_attention", "attention_weights",
            "head_scores", "column_sum", "check_features"]
@@ -178,7 +179,8 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
                     edge_value: Optional[torch.Tensor] = None, negative_slope: float = 0.2,
                     scale: float = 1.0, dropout: float = 0.0, seed: Optional[int] = None,
                     return_weights: bool = False, degree_aware: Optional[bool] = None,
-                    bias: Optional[torch.Tensor] = None, backward_in_place: bool = False):
+                    bias: Optional[torch.Tensor] = None, backward_in_place: bool = False,
+                    backend: Optional[str] = None):
     r"""Fused graph attention, one streaming pass per destination and head (online softmax).
 
     For each destination :math:`i`, head :math:`h` and edge :math:`j \to i` (index :math:`k`):
@@ -217,6 +219,13 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     values. When an operand requires grad they are recomputed differentiably
     (:func:`attention_weights`, E x H memory as in PyG) so that a loss on them has a gradient. On CUDA the planner (``gnnio.plan.plan_attention``) splits
     super nodes into chunks; ``degree_aware=False`` (or ``GNNIO_ATTENTION=node``) turns that off.
+
+    ``backend='wsb'`` (or ``GNNIO_ATTENTION_BACKEND=wsb``) runs kind ``'gat'`` on the graph's
+    16 x 16 WSB tiles (:func:`gnnio.wsb_attention.wsb_gat_attention`: tensor cores on CUDA,
+    float32 as tf32), without edge terms, dropout or returned weights and with at most 128
+    channels a head; the argument raises for a call it cannot run, the variable leaves such a
+    call on the CSR kernels. ``'csr'`` / ``'auto'`` / None: the CSR kernels
+    (:func:`gnnio.plan.attention_backend` says why auto does not pick WSB yet).
 
     ``backward_in_place=True`` (kind ``'dot'`` on CUDA; ignored elsewhere) lets the backward pass
     write the gradients of ``value`` and ``key`` into their own memory: for a caller that owns
@@ -298,6 +307,17 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
             raise TypeError(f"bias must have value's dtype and device ({value.dtype}, "
                             f"{value.device}), got {bias.dtype}, {bias.device}")
         bias = bias.reshape(-1).contiguous()
+    if attention_backend(backend)[0] == "wsb":
+        blockers = wsb_attention_blockers(kind, value, edge_score=edge_score, edge_value=edge_value,
+                                          dropout=dropout, return_weights=return_weights)
+        if blockers and backend == "wsb":
+            raise ValueError("backend='wsb' cannot run this call: " + "; ".join(blockers))
+        if not blockers:
+            if att is not None:
+                scores = head_scores(value, att)
+                src_score, dst_score = scores[0], scores[1, :nd]
+            out = wsb_gat_attention(graph, value, src_score, dst_score, negative_slope)
+            return out if bias is None else out + bias.view(heads, channels)
     if dropout > 0 and seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item())
     operands = (value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value)

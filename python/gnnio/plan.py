@@ -235,6 +235,29 @@ def plan_attention(graph, width: int, backward: bool = False,
     return hit if hit is not None else _memo(graph, key, lambda: _plan_attention_split(graph, backward))
 
 
+ATTENTION_BACKENDS = ("csr", "wsb", "auto")
+
+
+def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] = None):
+    """(backend, reason) of graph_attention: 'csr' (the fused CSR kernels, split by
+    plan_attention) or 'wsb' (GAT on 16 x 16 tiles, gnnio/wsb_attention.py). The argument wins;
+    otherwise GNNIO_ATTENTION_BACKEND=csr|wsb|auto. 'auto' is 'csr': the WSB attention kernels
+    have not yet been timed on a GPU, so there is no measured rule to pick them by (NOTES,
+    "WSB attention")."""
+    if backend is not None:
+        if backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"backend must be 'csr', 'wsb', 'auto' or None, got {backend!r}")
+        if backend != "auto":
+            return backend, f"backend={backend!r}"
+    else:
+        env = _env("GNNIO_ATTENTION_BACKEND", compiling)
+        if env not in (None, "", "auto"):
+            if env not in ("csr", "wsb"):
+                raise ValueError(f"GNNIO_ATTENTION_BACKEND must be 'csr', 'wsb' or 'auto', got {env!r}")
+            return env, f"GNNIO_ATTENTION_BACKEND={env}"
+    return "csr", "csr: WSB attention is not yet measured on a GPU, so auto keeps the CSR kernels"
+
+
 def _plan_attention_split(graph, backward: bool) -> AttentionPlan:
     parts = []
     heavy_src = heavy_src_items = None

@@ -9,6 +9,7 @@
 #include "gnnio/common/convert.cuh"
 #include "gnnio/common/cuda_check.h"
 #include "gnnio/common/vec.cuh"
+#include "gnnio/wsb/mma.cuh"
 #include "gnnio/wsb/params.h"
 #include "gnnio/wsb/policy.h"
 
@@ -16,26 +17,6 @@ namespace gnnio {
 namespace {
 
 namespace wmma = nvcuda::wmma;
-
-// The MMA shape of each element type: tf32 fragments take k = 8 (two steps per 16-wide tile),
-// 16-bit ones k = 16. Accumulation is float32 for all three.
-template <typename T>
-struct MmaTraits;
-template <>
-struct MmaTraits<float> {
-  using operand = wmma::precision::tf32;
-  static constexpr int kK = 8;
-};
-template <>
-struct MmaTraits<__half> {
-  using operand = __half;
-  static constexpr int kK = 16;
-};
-template <>
-struct MmaTraits<__nv_bfloat16> {
-  using operand = __nv_bfloat16;
-  static constexpr int kK = 16;
-};
 
 // cp.async (sm_80+): 16 bytes global -> shared without a register round trip, so the next
 // tile's loads are in flight while the current tile is multiplied. src_bytes 0 writes zeros
@@ -111,11 +92,6 @@ __global__ void __launch_bounds__(WsbSpmmConfig::kWarps * 32)
       }
     }
   };
-  auto to_operand = [](auto& frag) {
-    if constexpr (std::is_same_v<T, float>) {
-      for (int i = 0; i < frag.num_elements; ++i) frag.x[i] = wmma::__float_to_tf32(frag.x[i]);
-    }
-  };
 
   wmma::fragment<wmma::accumulator, 16, 16, Tr::kK, float> acc[Cfg::kFragsPerWarp];
   for (int j = 0; j < Cfg::kFragsPerWarp; ++j) wmma::fill_fragment(acc[j], 0.f);
@@ -131,13 +107,13 @@ __global__ void __launch_bounds__(WsbSpmmConfig::kWarps * 32)
     for (int k = 0; k < kWsbTile; k += Tr::kK) {
       wmma::fragment<wmma::matrix_a, 16, 16, Tr::kK, typename Tr::operand, wmma::row_major> a;
       wmma::load_matrix_sync(a, &vs[buf][k], kWsbTile);
-      to_operand(a);
+      to_operand<T>(a);
       for (int j = 0; j < Cfg::kFragsPerWarp; ++j) {
         const int col = (warp * Cfg::kFragsPerWarp + j) * 16;
         if (f0 + col >= width) break;  // warp-uniform: this fragment lies past the features
         wmma::fragment<wmma::matrix_b, 16, 16, Tr::kK, typename Tr::operand, wmma::row_major> xb;
         wmma::load_matrix_sync(xb, &xs[buf][k * kLd + col], kLd);
-        to_operand(xb);
+        to_operand<T>(xb);
         wmma::mma_sync(acc[j], a, xb, acc[j]);
       }
     }

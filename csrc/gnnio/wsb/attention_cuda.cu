@@ -1,0 +1,449 @@
+// GAT attention on WSB tiles, CUDA (attention.h): the tile products on tensor cores (wmma),
+// scores, softmax and sums in float32 registers.
+//
+// Inside a tile, lane l owns row r = l / 2 and the eight columns 8 (l % 2) .. + 7: its count,
+// score, weight and score gradient; the row's two lanes combine with one shuffle. Operand
+// blocks go through the warp's shared-memory slab: wmma's fragment layout is opaque, so P is
+// written there by the lanes and loaded as an operand, and a product is stored there and read
+// back by the lanes. Every output has one owning warp: no atomics, the same bits every run.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gnnio/common/convert.cuh"
+#include "gnnio/common/cuda_check.h"
+#include "gnnio/wsb/attention.h"
+#include "gnnio/wsb/mma.cuh"
+#include "gnnio/wsb/policy.h"
+
+namespace gnnio {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr float kSoftmaxEps = 1e-16f;  // PyG's softmax denominator guard
+constexpr unsigned kFullMask = 0xffffffffu;
+// Row pitch of a staged 16 x C block: the widest head plus 8 elements, so that consecutive rows
+// start on different banks and every fragment pointer stays 32-byte aligned (wmma's rule).
+constexpr int kLd = kWsbAttentionMaxChannels + 8;
+constexpr int kMaxFrags = kWsbAttentionMaxChannels / 16;
+
+template <typename T>
+struct ForwardSlab {
+  T p[kWsbTileSize];         // P, an MMA operand
+  T rows[kWsbTile * kLd];    // the tile's 16 value rows of one head
+  float tile[kWsbTileSize];  // a 16 x 16 product, staged for the store
+};
+
+template <typename T>
+struct BackwardSlab {
+  T p[kWsbTileSize];
+  T rows[kWsbTile * kLd];   // value rows (pass A: the tile's sources; pass B: the block's own)
+  T rows2[kWsbTile * kLd];  // dout rows (pass A: the block's own; pass B: the tile's destinations)
+  float tile[kWsbTileSize];
+};
+
+// LeakyReLU with its product rounded on its own: the forward's two passes and the backward
+// form the same e from the same z whatever nvcc contracts around it.
+__device__ inline float leaky(float z, float slope) { return z > 0.f ? z : __fmul_rn(z, slope); }
+
+// Rows r0 .. r0+15 of a [n, H, C] tensor's head h into a slab block (zeros past n and C, up to
+// the 16-channel multiple the fragments read).
+template <typename T>
+__device__ void stage_rows(T* dst, const T* src, int64_t r0, int64_t n, int64_t heads, int64_t h,
+                           int channels, int c16, int lane) {
+  const T zero = from_acc<T>(0.f);
+  for (int x = lane; x < kWsbTile * c16; x += 32) {
+    const int r = x / c16, c = x % c16;
+    const bool ok = r0 + r < n && c < channels;
+    dst[r * kLd + c] = ok ? src[((r0 + r) * heads + h) * channels + c] : zero;
+  }
+}
+
+template <typename T>
+__device__ inline T operand_of(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;  // rounded to tf32 in the fragment
+  else return from_acc<T>(v);
+}
+
+template <typename T>
+using AccFrag = wmma::fragment<wmma::accumulator, 16, 16, MmaTraits<T>::kK, float>;
+template <typename T, typename Layout>
+using AFrag = wmma::fragment<wmma::matrix_a, 16, 16, MmaTraits<T>::kK,
+                             typename MmaTraits<T>::operand, Layout>;
+template <typename T, typename Layout>
+using BFrag = wmma::fragment<wmma::matrix_b, 16, 16, MmaTraits<T>::kK,
+                             typename MmaTraits<T>::operand, Layout>;
+
+// acc[j] += A (16 x 16, row-major at a, pitch lda) · B[:, 16 j .. 16 j + 15] (row-major at b,
+// pitch kLd), for j < frags.
+template <typename T>
+__device__ void mma_rows(AccFrag<T> (&acc)[kMaxFrags], const T* a, int lda, const T* b, int frags) {
+  constexpr int kK = MmaTraits<T>::kK;
+  for (int k = 0; k < kWsbTile; k += kK) {
+    AFrag<T, wmma::row_major> af;
+    wmma::load_matrix_sync(af, a + k, lda);
+    to_operand<T>(af);
+#pragma unroll
+    for (int j = 0; j < kMaxFrags; ++j) {
+      if (j < frags) {
+        BFrag<T, wmma::row_major> bf;
+        wmma::load_matrix_sync(bf, b + k * kLd + j * 16, kLd);
+        to_operand<T>(bf);
+        wmma::mma_sync(acc[j], af, bf, acc[j]);
+      }
+    }
+  }
+}
+
+// out (16 x 16) = A (16 x C16, row-major, pitch kLd) · Bᵀ for B 16 x C16 row-major (pitch kLd):
+// the dot products of every row of a with every row of b.
+template <typename T>
+__device__ void mma_row_dots(AccFrag<T>& out, const T* a, const T* b, int c16) {
+  constexpr int kK = MmaTraits<T>::kK;
+  wmma::fill_fragment(out, 0.f);
+  for (int k = 0; k < c16; k += kK) {
+    AFrag<T, wmma::row_major> af;
+    BFrag<T, wmma::col_major> bf;  // element (k', n) of Bᵀ is b[n * kLd + k']
+    wmma::load_matrix_sync(af, a + k, kLd);
+    wmma::load_matrix_sync(bf, b + k, kLd);
+    to_operand<T>(af);
+    to_operand<T>(bf);
+    wmma::mma_sync(out, af, bf, out);
+  }
+}
+
+struct Lane {
+  int r, cb;  // row, first of the eight columns
+  __device__ explicit Lane(int lane) : r(lane >> 1), cb((lane & 1) * 8) {}
+};
+
+template <typename T, typename index_t>
+__global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
+    wsb_attention_forward_kernel(WsbAttentionParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kWarps = WsbAttentionConfig::kForwardWarps;
+  __shared__ __align__(128) ForwardSlab<T> slabs[kWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  ForwardSlab<T>& slab = slabs[warp];
+  const Lane ln(lane);
+  const auto* block_rowptr = static_cast<const index_t*>(p.block_rowptr);
+  const auto* block_col = static_cast<const index_t*>(p.block_col);
+  const auto* src_score = static_cast<const T*>(p.src_score);
+  const auto* dst_score = static_cast<const T*>(p.dst_score);
+  const auto* value = static_cast<const T*>(p.value);
+  const int64_t b = blockIdx.x, i = b * kWsbTile + ln.r, H = p.heads;
+  const bool row_ok = i < p.num_dst;
+  const int64_t begin = block_rowptr[b], end = block_rowptr[b + 1];
+  const int C = static_cast<int>(p.channels), c16 = (C + 15) / 16 * 16, frags = c16 / 16;
+  const float slope = static_cast<float>(p.negative_slope);
+
+  for (int64_t h = warp; h < H; h += kWarps) {
+    const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
+    // Pass 1: the row's max and sum from the scores alone.
+    float m = -INFINITY, s = 0.f;
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t c0 = int64_t(block_col[t]) * kWsbTile + ln.cb;
+      const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
+      float e[8], tile_max = -INFINITY;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        e[q] = cnt[q] > 0.f ? leaky(to_acc(src_score[(c0 + q) * H + h]) + sd, slope) : -INFINITY;
+        tile_max = fmaxf(tile_max, e[q]);
+      }
+      if (tile_max > m) {
+        s = m == -INFINITY ? 0.f : s * expf(m - tile_max);
+        m = tile_max;
+      }
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        if (cnt[q] > 0.f) s += cnt[q] * expf(e[q] - m);
+    }
+    const float m_other = __shfl_xor_sync(kFullMask, m, 1), s_other = __shfl_xor_sync(kFullMask, s, 1);
+    float M = fmaxf(m, m_other), S = 0.f;
+    if (M == -INFINITY) {
+      M = 0.f;  // no edge: PyG's empty softmax
+    } else {  // the same two terms in both lanes, added in either order: the same float
+      S = (m == -INFINITY ? 0.f : s * expf(m - M)) + (m_other == -INFINITY ? 0.f : s_other * expf(m_other - M));
+    }
+    S += kSoftmaxEps;
+    if ((lane & 1) == 0 && row_ok) {
+      auto* st = static_cast<float*>(p.stats) + (i * H + h) * 2;
+      st[0] = M;
+      st[1] = S;
+    }
+
+    // Pass 2: out = P · value with P final.
+    AccFrag<T> acc[kMaxFrags];
+#pragma unroll
+    for (int j = 0; j < kMaxFrags; ++j) wmma::fill_fragment(acc[j], 0.f);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
+      const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        float w = 0.f;
+        if (cnt[q] > 0.f) {
+          const float e = leaky(to_acc(src_score[(c0 + ln.cb + q) * H + h]) + sd, slope);
+          w = cnt[q] * expf(e - M) / S;
+        }
+        slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w);
+      }
+      stage_rows(slab.rows, value, c0, p.num_src, H, h, C, c16, lane);
+      __syncwarp();
+      mma_rows<T>(acc, slab.p, kWsbTile, slab.rows, frags);
+      __syncwarp();  // the slab is written again for the next tile
+    }
+    auto* out = static_cast<T*>(p.out);
+    auto* out_acc = static_cast<float*>(p.out_acc);
+#pragma unroll
+    for (int j = 0; j < kMaxFrags; ++j) {
+      if (j >= frags) break;
+      wmma::store_matrix_sync(slab.tile, acc[j], kWsbTile, wmma::mem_row_major);
+      __syncwarp();
+      for (int x = lane; x < kWsbTileSize; x += 32) {
+        const int64_t row = b * kWsbTile + x / kWsbTile;
+        const int c = j * 16 + x % kWsbTile;
+        if (row < p.num_dst && c < C) {
+          const int64_t o = (row * H + h) * C + c;
+          out[o] = from_acc<T>(slab.tile[x]);
+          if (out_acc) out_acc[o] = slab.tile[x];
+        }
+      }
+      __syncwarp();
+    }
+  }
+#endif
+}
+
+// D_i = dout_i . out_i per (destination, head): one warp each, lanes over the channels.
+template <typename T>
+__global__ void wsb_attention_delta_kernel(WsbAttentionBackwardParams b) {
+  const WsbAttentionParams& p = b.fwd;
+  const int64_t rows = p.num_dst * p.heads, C = p.channels;
+  const auto* dout = static_cast<const T*>(b.grad_out);
+  const auto* out = static_cast<const T*>(p.out);
+  const auto* out_acc = static_cast<const float*>(p.out_acc);
+  const int lane = threadIdx.x % 32;
+  for (int64_t ih = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; ih < rows;
+       ih += int64_t(gridDim.x) * blockDim.x / 32) {
+    float d = 0.f;
+    for (int64_t c = lane; c < C; c += 32)
+      d = fma_pinned(to_acc(dout[ih * C + c]), out_acc ? out_acc[ih * C + c] : to_acc(out[ih * C + c]), d);
+    for (int off = 16; off > 0; off >>= 1) d += __shfl_xor_sync(kFullMask, d, off);
+    if (lane == 0) static_cast<float*>(b.delta)[ih] = d;
+  }
+}
+
+// Pass A: d dst_score, by destination block.
+template <typename T, typename index_t>
+__global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
+    wsb_attention_pass_a_kernel(WsbAttentionBackwardParams bp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kWarps = WsbAttentionConfig::kBackwardWarps;
+  __shared__ __align__(128) BackwardSlab<T> slabs[kWarps];
+  const WsbAttentionParams& p = bp.fwd;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  BackwardSlab<T>& slab = slabs[warp];
+  const Lane ln(lane);
+  const auto* block_rowptr = static_cast<const index_t*>(p.block_rowptr);
+  const auto* block_col = static_cast<const index_t*>(p.block_col);
+  const auto* src_score = static_cast<const T*>(p.src_score);
+  const auto* dst_score = static_cast<const T*>(p.dst_score);
+  const auto* value = static_cast<const T*>(p.value);
+  const auto* dout = static_cast<const T*>(bp.grad_out);
+  const auto* stats = static_cast<const float*>(p.stats);
+  const auto* delta = static_cast<const float*>(bp.delta);
+  const int64_t b = blockIdx.x, i = b * kWsbTile + ln.r, H = p.heads;
+  const bool row_ok = i < p.num_dst;
+  const int64_t begin = block_rowptr[b], end = block_rowptr[b + 1];
+  const int C = static_cast<int>(p.channels), c16 = (C + 15) / 16 * 16;
+  const float slope = static_cast<float>(p.negative_slope);
+
+  for (int64_t h = warp; h < H; h += kWarps) {
+    const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
+    const float M = row_ok ? stats[(i * H + h) * 2] : 0.f, S = row_ok ? stats[(i * H + h) * 2 + 1] : 1.f;
+    const float D = row_ok ? delta[i * H + h] : 0.f;
+    stage_rows(slab.rows2, dout, b * kWsbTile, p.num_dst, H, h, C, c16, lane);
+    float g = 0.f;
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
+      stage_rows(slab.rows, value, c0, p.num_src, H, h, C, c16, lane);
+      __syncwarp();
+      AccFrag<T> dp;
+      mma_row_dots<T>(dp, slab.rows2, slab.rows, c16);  // dP = dout_block · value_tileᵀ
+      wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
+      __syncwarp();
+      const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        if (cnt[q] > 0.f) {
+          const float z = to_acc(src_score[(c0 + ln.cb + q) * H + h]) + sd;
+          const float w = cnt[q] * expf(leaky(z, slope) - M) / S;
+          const float de = w * (slab.tile[ln.r * kWsbTile + ln.cb + q] - D);
+          g += z > 0.f ? de : de * slope;
+        }
+      }
+      __syncwarp();  // rows and tile are written again for the next tile
+    }
+    g += __shfl_xor_sync(kFullMask, g, 1);
+    if ((lane & 1) == 0 && row_ok) static_cast<T*>(bp.grad_dst_score)[i * H + h] = from_acc<T>(g);
+  }
+#endif
+}
+
+// Pass B: d src_score and d value, by source block over the transposed tiles.
+template <typename T, typename index_t>
+__global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
+    wsb_attention_pass_b_kernel(WsbAttentionBackwardParams bp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kWarps = WsbAttentionConfig::kBackwardWarps;
+  __shared__ __align__(128) BackwardSlab<T> slabs[kWarps];
+  const WsbAttentionParams& p = bp.fwd;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  BackwardSlab<T>& slab = slabs[warp];
+  const Lane ln(lane);
+  const auto* block_rowptr = static_cast<const index_t*>(bp.block_rowptr_t);
+  const auto* block_col = static_cast<const index_t*>(bp.block_col_t);
+  const auto* src_score = static_cast<const T*>(p.src_score);
+  const auto* dst_score = static_cast<const T*>(p.dst_score);
+  const auto* value = static_cast<const T*>(p.value);
+  const auto* dout = static_cast<const T*>(bp.grad_out);
+  const auto* stats = static_cast<const float*>(p.stats);
+  const auto* delta = static_cast<const float*>(bp.delta);
+  const int64_t sb = blockIdx.x, j = sb * kWsbTile + ln.r, H = p.heads;
+  const bool row_ok = j < p.num_src;
+  const int64_t begin = block_rowptr[sb], end = block_rowptr[sb + 1];
+  const int C = static_cast<int>(p.channels), c16 = (C + 15) / 16 * 16, frags = c16 / 16;
+  const float slope = static_cast<float>(p.negative_slope);
+
+  for (int64_t h = warp; h < H; h += kWarps) {
+    const float ss = row_ok ? to_acc(src_score[j * H + h]) : 0.f;
+    stage_rows(slab.rows, value, sb * kWsbTile, p.num_src, H, h, C, c16, lane);
+    AccFrag<T> acc[kMaxFrags];
+#pragma unroll
+    for (int f = 0; f < kMaxFrags; ++f) wmma::fill_fragment(acc[f], 0.f);
+    float g = 0.f;
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t d0 = int64_t(block_col[t]) * kWsbTile;
+      stage_rows(slab.rows2, dout, d0, p.num_dst, H, h, C, c16, lane);
+      __syncwarp();
+      AccFrag<T> dp;
+      mma_row_dots<T>(dp, slab.rows, slab.rows2, c16);  // dPᵀ = value_block · dout_tileᵀ
+      wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
+      __syncwarp();
+      const float* cnt = bp.count_t + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        float w = 0.f;
+        if (cnt[q] > 0.f) {
+          const int64_t i = d0 + ln.cb + q;
+          const float z = dst_score ? ss + to_acc(dst_score[i * H + h]) : ss;
+          w = cnt[q] * expf(leaky(z, slope) - stats[(i * H + h) * 2]) / stats[(i * H + h) * 2 + 1];
+          const float de = w * (slab.tile[ln.r * kWsbTile + ln.cb + q] - delta[i * H + h]);
+          g += z > 0.f ? de : de * slope;
+        }
+        slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w);
+      }
+      __syncwarp();
+      mma_rows<T>(acc, slab.p, kWsbTile, slab.rows2, frags);  // d value += Pᵀ · dout_tile
+      __syncwarp();
+    }
+    g += __shfl_xor_sync(kFullMask, g, 1);
+    if ((lane & 1) == 0 && row_ok && bp.grad_src_score)
+      static_cast<T*>(bp.grad_src_score)[j * H + h] = from_acc<T>(g);
+    if (bp.grad_value) {
+      auto* gv = static_cast<T*>(bp.grad_value);
+#pragma unroll
+      for (int f = 0; f < kMaxFrags; ++f) {
+        if (f >= frags) break;
+        wmma::store_matrix_sync(slab.tile, acc[f], kWsbTile, wmma::mem_row_major);
+        __syncwarp();
+        for (int x = lane; x < kWsbTileSize; x += 32) {
+          const int64_t row = sb * kWsbTile + x / kWsbTile;
+          const int c = f * 16 + x % kWsbTile;
+          if (row < p.num_src && c < C) gv[(row * H + h) * C + c] = from_acc<T>(slab.tile[x]);
+        }
+        __syncwarp();
+      }
+    }
+  }
+#endif
+}
+
+int grid_of(int64_t blocks, const char* what) {
+  GNNIO_CHECK(blocks <= INT32_MAX, ErrorKind::kInvalidArgument, what, ": ", blocks,
+              " blocks of 16 rows exceed one launch's grid");
+  return static_cast<int>(blocks);
+}
+
+template <typename T, typename index_t>
+void launch_forward(const WsbAttentionParams& p, cudaStream_t stream) {
+  const int grid = grid_of(wsb_blocks(p.num_dst), "wsb_attention");
+  wsb_attention_forward_kernel<T, index_t>
+      <<<grid, WsbAttentionConfig::kForwardWarps * 32, 0, stream>>>(p);
+  GNNIO_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T, typename index_t>
+void launch_backward(const WsbAttentionBackwardParams& b, cudaStream_t stream) {
+  const WsbAttentionParams& p = b.fwd;
+  constexpr int kThreads = WsbAttentionConfig::kBackwardWarps * 32;
+  if (p.num_dst > 0) {
+    const int64_t warps = p.num_dst * p.heads;
+    const int blocks = static_cast<int>(std::min<int64_t>((warps + 7) / 8, 1 << 20));
+    wsb_attention_delta_kernel<T><<<blocks, 256, 0, stream>>>(b);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+  }
+  if (b.grad_dst_score && p.num_dst > 0) {
+    wsb_attention_pass_a_kernel<T, index_t>
+        <<<grid_of(wsb_blocks(p.num_dst), "wsb_attention"), kThreads, 0, stream>>>(b);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+  }
+  if ((b.grad_src_score || b.grad_value) && p.num_src > 0) {
+    wsb_attention_pass_b_kernel<T, index_t>
+        <<<grid_of(wsb_blocks(p.num_src), "wsb_attention"), kThreads, 0, stream>>>(b);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+template <typename Fn>
+void dispatch_tensor_core(ScalarType scalar, IndexType index, Fn&& fn) {
+  dispatch_index(index, [&](auto index_tag) {
+    switch (scalar) {
+      case ScalarType::kFloat32: return fn(float{}, index_tag);
+      case ScalarType::kFloat16: return fn(__half{}, index_tag);
+      case ScalarType::kBFloat16: return fn(__nv_bfloat16{}, index_tag);
+      case ScalarType::kFloat64:
+        detail::fail(ErrorKind::kInvalidArgument,
+                     "wsb_attention on CUDA runs on tensor cores and takes float32 (as tf32), "
+                     "float16 or bfloat16, got float64; use the CSR backend for float64");
+    }
+  });
+}
+
+}  // namespace
+
+void wsb_attention_forward_cuda(const WsbAttentionParams& p, void* stream) {
+  if (p.num_dst == 0 || p.heads == 0) return;
+  GNNIO_CHECK(p.channels <= kWsbAttentionMaxChannels, ErrorKind::kInvalidArgument,
+              "wsb_attention: at most ", kWsbAttentionMaxChannels, " channels a head, got ", p.channels);
+  dispatch_tensor_core(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+    launch_forward<decltype(scalar), decltype(index)>(p, static_cast<cudaStream_t>(stream));
+  });
+}
+
+void wsb_attention_backward_cuda(const WsbAttentionBackwardParams& b, void* stream) {
+  if (b.fwd.heads == 0) return;
+  GNNIO_CHECK(b.fwd.channels <= kWsbAttentionMaxChannels, ErrorKind::kInvalidArgument,
+              "wsb_attention: at most ", kWsbAttentionMaxChannels, " channels a head, got ",
+              b.fwd.channels);
+  dispatch_tensor_core(b.fwd.scalar_type, b.fwd.index_type, [&](auto scalar, auto index) {
+    launch_backward<decltype(scalar), decltype(index)>(b, static_cast<cudaStream_t>(stream));
+  });
+}
+
+}  // namespace gnnio
