@@ -1,0 +1,121 @@
+"""GAT attention on WSB tiles, CUDA (tensor cores: float32 as tf32, float16, bfloat16): forward
+and every gradient against float64 with the bounds of wsb_attention_checks.py, on the awkward
+shapes, every channel count a fragment can cut, more heads than a CTA's warps, a 10^5-neighbour
+hub, the block-diagonal graph; determinism and both index types; empty graphs; refusals."""
+import pytest
+import torch
+
+import gnnio
+from gnnio._ops import HAS_CUDA_KERNELS
+from graphs import hub
+from test_wsb import CASES, IDS
+from wsb_attention_checks import check_op
+
+pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and HAS_CUDA_KERNELS),
+                                reason="needs CUDA and gnnio's CUDA kernels")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def wsb_op(graph, slope=0.2):
+    return lambda v, s, d: gnnio.ops.graph_attention(graph, "gat", v, src_score=s, dst_score=d,
+                                                     negative_slope=slope, backend="wsb")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dst", [True, False], ids=["dst_score", "no_dst_score"])
+@pytest.mark.parametrize("name,ei,ns,nd", CASES, ids=IDS)
+def test_cuda_against_float64(name, ei, ns, nd, dst, dtype):
+    g = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    check_op(wsb_op(g), ei, ns, nd, 3, 20, dtype, "cuda", dst=dst)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("heads,channels", [(1, 1), (4, 16), (5, 7), (9, 32), (2, 100), (2, 128)])
+def test_cuda_heads_and_channels(heads, channels, dtype):
+    # Channels a fragment cuts (1, 7, 100), whole fragments (16, 32, 128: the most a head may
+    # have), and more heads than the forward's 4 and the backward's 2 warps (5, 9).
+    ei = torch.randint(0, 300, (2, 6000))
+    g = gnnio.Graph(ei.cuda(), num_nodes=300)
+    check_op(wsb_op(g, 0.3), ei, 300, 300, heads, channels, dtype, "cuda", slope=0.3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_hub_of_100k_neighbours(dtype):
+    ei, n = hub(100_000)
+    g = gnnio.Graph(ei.cuda(), num_nodes=n)
+    check_op(wsb_op(g), ei, n, n, 2, 32, dtype, "cuda")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_blockdiag(dtype):
+    ei = gnnio.datasets.blockdiag(20_000, 320_000, seed=1)
+    g = gnnio.Graph(ei.cuda(), num_nodes=20_000)
+    check_op(wsb_op(g), ei, 20_000, 20_000, 4, 32, dtype, "cuda")
+
+
+@pytest.mark.parametrize("index", [torch.int32, torch.int64], ids=str)
+def test_cuda_deterministic_and_index_types(index):
+    ei = torch.randint(0, 500, (2, 20000))
+    outs = []
+    for idx in (index, index):
+        g = gnnio.Graph(ei.to(idx).cuda(), num_nodes=500)
+        v = torch.randn(500, 4, 32, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+        s, d = v[:, :, 0].clone(), v[:, :, 1].clone()
+        leaves = [t.requires_grad_() for t in (v, s, d)]
+        out = wsb_op(g)(*leaves)
+        outs.append((out, *torch.autograd.grad(out, leaves, torch.ones_like(out))))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
+def test_cuda_empty_graphs():
+    for ns, nd in ((0, 0), (5, 0), (0, 7), (9, 9)):
+        g = gnnio.Graph(torch.empty(2, 0, dtype=torch.long, device="cuda"), size=(ns, nd))
+        v = torch.randn(ns, 2, 8, device="cuda", requires_grad=True)
+        s = torch.randn(ns, 2, device="cuda", requires_grad=True)
+        out = wsb_op(g)(v, s, None)
+        assert out.shape == (nd, 2, 8) and not out.any()
+        out.sum().backward()
+        assert v.grad is not None and not v.grad.any() and not s.grad.any()
+
+
+def test_cuda_refusals():
+    g = gnnio.Graph(torch.randint(0, 20, (2, 100), device="cuda"), num_nodes=20)
+    v, s = torch.randn(20, 2, 4, device="cuda", dtype=torch.float64), torch.randn(20, 2, device="cuda", dtype=torch.float64)
+    with pytest.raises(ValueError, match="float64 on CUDA"):
+        gnnio.ops.graph_attention(g, "gat", v, src_score=s, backend="wsb")
+    w = g.wsb()
+    with pytest.raises(ValueError, match="float64"):  # the kernel's own refusal, below the Python check
+        torch.ops.gnnio.wsb_gat_attention(w.block_rowptr, w.block_col, g.wsb_counts(), s, None, v, 20, 0.2, False)
+    wide = torch.randn(20, 1, 129, device="cuda")
+    with pytest.raises(ValueError, match="129"):
+        torch.ops.gnnio.wsb_gat_attention(w.block_rowptr, w.block_col, g.wsb_counts(),
+                                          torch.randn(20, 1, device="cuda"), None, wide, 20, 0.2, False)
+
+
+def test_cuda_16bit_keeps_out_acc_only_for_training():
+    g = gnnio.Graph(torch.randint(0, 50, (2, 400), device="cuda"), num_nodes=50)
+    w = g.wsb()
+    v = torch.randn(50, 2, 16, device="cuda", dtype=torch.bfloat16)
+    s = torch.randn(50, 2, device="cuda", dtype=torch.bfloat16)
+    for save in (False, True):
+        out, stats, out_acc = torch.ops.gnnio.wsb_gat_attention(
+            w.block_rowptr, w.block_col, g.wsb_counts(), s, None, v, 50, 0.2, save)
+        assert stats.dtype == torch.float32
+        assert out_acc.numel() == (out.numel() if save else 0)
+        if save:
+            assert torch.equal(out_acc.to(torch.bfloat16), out)
+
+
+def test_cuda_opcheck():
+    g = gnnio.Graph(torch.randint(0, 40, (2, 300), device="cuda"), num_nodes=40)
+    w, wt = g.wsb(), g.wsb(True)
+    v, s, d = (torch.randn(40, 2, 8, device="cuda"), torch.randn(40, 2, device="cuda"),
+               torch.randn(40, 2, device="cuda"))
+    args = (w.block_rowptr, w.block_col, g.wsb_counts(), s, d, v, 40, 0.2, True)
+    torch.library.opcheck(torch.ops.gnnio.wsb_gat_attention, args)
+    out, stats, _ = torch.ops.gnnio.wsb_gat_attention(*args)
+    torch.library.opcheck(torch.ops.gnnio.wsb_gat_attention_backward,
+                          (w.block_rowptr, w.block_col, g.wsb_counts(), wt.block_rowptr, wt.block_col,
+                           g.wsb_counts(True), s, d, v, out, stats, torch.randn_like(out), 0.2, [1, 1, 1]))
