@@ -21,7 +21,7 @@ from gnnio.bench import training
 from gnnio.bench.cases import DEFAULT_LAYERS, LAYERS, attention_operands
 from gnnio.bench.report import markdown_table
 from gnnio.bench.timing import bench_module, copy_rate_tbps, median_ms, peak_extra_gib, rel_diff
-from gnnio.bench.wsb import bench_spmm_wsb
+from gnnio.bench.wsb import bench_attention_wsb, bench_spmm_wsb
 
 STANDARD = ["powerlaw-1M-16M", "uniform-1M-16M", "grid-1000x1000"]
 # What gnnio's kernels run, by device type (the CPU kernels: float32 and float64; the CUDA ones
@@ -452,7 +452,8 @@ def _bench_attention(kind):
 OPS = {"segment_reduce(max)": _bench_segment_reduce, "graph_attention(gat)": _bench_attention("gat"),
        "graph_attention(gatv2)": _bench_attention("gatv2"), "graph_attention(dot)": _bench_attention("dot"),
        "graph_attention(shared)": _bench_attention("shared"),
-       training.LAYER: training.bench_train_step, "spmm(wsb)": bench_spmm_wsb}
+       training.LAYER: training.bench_train_step, "spmm(wsb)": bench_spmm_wsb,
+       "graph_attention(wsb)": bench_attention_wsb}
 
 
 def _bench_layer(name, layer, x, gout, ei, device, dtype, args, rows):

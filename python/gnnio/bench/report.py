@@ -39,7 +39,7 @@ def markdown_table(result):
                 f"| {_fmt(rf.get('fwd_bwd_ms'))} | {_fmt(g.get('fwd_bwd_ms'))} "
                 f"| {_ratio(rf.get('fwd_bwd_ms'), g.get('fwd_bwd_ms'))} "
                 f"| {_fmt(rf.get('peak_extra_gib'), '.2f')} | {_fmt(g.get('peak_extra_gib'), '.2f')} | {floor} |")
-    tiles = [r for r in rows if r.get("fill_ratio") is not None and r["impl"] == "gnnio"]
+    tiles = [r for r in rows if r.get("wsb_build_ms") is not None and r["impl"] == "gnnio"]
     if tiles:  # spmm(wsb) rows: what the 16 x 16 tiles cost on each graph
         lines.append("")
         lines += [f"- {r['graph']} ({r['dtype']}): WSB fill ratio {r['fill_ratio']:.3f} (stored zeros / "

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One device call for GAT attention on WSB tiles (issue 5; bench/NOTES.md "WSB attention"):
+# build; the CUDA tests (test_wsb_attention_cuda.py, TEST_S) and compute-sanitizer on a few of
+# them (SANITIZE_S); then the graph_attention(wsb) rows (tiles against the fused CSR kernels,
+# same process and inputs) per dtype in DTYPES on GRAPHS, BENCH_S each. float32 runs the tiles
+# as tf32 (torch.backends.cuda.matmul allow_tf32 is not needed: the op is forced), so its rows
+# compare tf32 tiles against float32 CSR, as the spmm(wsb) rows do. Pass GNNIO_COMMIT=<sent commit>.
+set -uo pipefail
+T0=$(date +%s)
+OUT=${OUT:-/tmp/gnnio-out}
+source scripts/device_common.sh
+device_build
+device_env
+if [ "${TEST_S:-200}" -gt 0 ]; then
+  timeout "${TEST_S:-200}" python3 -m pytest tests/python/test_wsb_attention_cuda.py \
+    tests/python/test_wsb_attention.py -q -p no:cacheprovider > "$OUT/pytest-wsb-attention.log" 2>&1
+  echo "tests: $(( $(date +%s) - T0 )) s"
+fi
+if [ "${SANITIZE_S:-90}" -gt 0 ]; then
+  timeout "${SANITIZE_S:-90}" compute-sanitizer --tool memcheck --error-exitcode 3 \
+    python3 -m pytest tests/python/test_wsb_attention_cuda.py -q -p no:cacheprovider \
+    -k "empty or n37 or bipartite or heads_and_channels and (5-7 or 2-100)" \
+    > "$OUT/sanitizer-wsb-attention.log" 2>&1
+  echo "sanitizer rc $?: $(( $(date +%s) - T0 )) s"
+fi
+for dtype in ${DTYPES-float32 bfloat16}; do
+  timeout "${BENCH_S:-150}" python3 -m gnnio.bench --warmup 3 --repeat 10 --no-plot --compare none \
+    --dtype "$dtype" --graphs "${GRAPHS:-blockdiag-1M-16M,grid-1000x1000,powerlaw-1M-16M,real}" \
+    --layers "graph_attention(wsb)" --out "$OUT/nvidia-h200-wsb-attention-$dtype.json" \
+    > "$OUT/bench-wsb-attention-$dtype.log" 2>&1 || echo "$dtype: stopped (rc $?)"
+  echo "bench $dtype: $(( $(date +%s) - T0 )) s"
+done
+for log in pytest-wsb-attention sanitizer-wsb-attention; do
+  [ -f "$OUT/$log.log" ] || continue
+  echo "=== $log"; grep -E "^(FAILED|ERROR)|ERROR SUMMARY" "$OUT/$log.log" | cut -c1-200 | head -20
+  tail -1 "$OUT/$log.log" | cut -c1-200
+done
+echo "=== rows"; grep -h "graph_attention(wsb)" "$OUT"/nvidia-h200-wsb-attention-*.md | cut -c1-220
+exit 0  # the summary may grep nothing (a stopped bench): not a failure of the call
