@@ -14,7 +14,8 @@ class Plan(NamedTuple):
     """What gnnio runs for one layer (or kernel family) on one graph, and why.
 
     ``backend`` is what CUDA runs: spmm ``'cusparse'``, ``'rowwarp'`` or ``'wsb'``; reduce
-    ``'degree-aware'`` or ``'node-parallel'``; attention ``'csr-split'`` or ``'csr'``.
+    ``'degree-aware'`` or ``'node-parallel'``; attention ``'csr-split'`` or ``'csr'``, or
+    ``'wsb'`` for GAT-kind attention where ``GNNIO_ATTENTION_BACKEND=wsb`` forces the tiles.
     ``cpu_backend`` is what the CPU runs. The split fields are the light/heavy split of the
     reduce and attention planners (None / 0 when there is none, and for spmm)."""
     layer: str  # the name asked for, canonical ('SAGEConv(max)', 'spmm', ...)
@@ -60,6 +61,7 @@ _CPU_NOTE = {
     ("spmm", "wsb"): "forced: the tiled reference kernel",
     ("reduce", "node-parallel"): "rows in parallel, no split",
     ("attention", "csr"): "rows in parallel, no split",
+    ("attention", "wsb"): "forced: the tiled algorithm in float32 / float64",
 }
 
 
@@ -147,7 +149,7 @@ def plan_layer(graph, layer, features: int = 128, dtype=torch.float32, *,
         return _plan_spmm(g, features, dtype, backend, training, common)
     if family == "reduce":
         return _plan_reduce_layer(g, dtype, training, common)
-    return _plan_attention_layer(g, features, training, common)
+    return _plan_attention_layer(g, features, training, common, kind)
 
 
 def _csr_algorithm(graph, width: int):
@@ -244,8 +246,16 @@ def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
                 reason=why + ".", **fields, **common)
 
 
-def _plan_attention_layer(graph, width, training, common) -> Plan:
+def _plan_attention_layer(graph, width, training, common, kind) -> Plan:
+    backend, why = _policy.attention_backend(None)
+    if backend == "wsb" and kind == "gat":  # a call with dropout or edge terms stays on CSR
+        stats = graph.wsb_stats()
+        return Plan(backend="wsb", cpu_backend="wsb",
+                    reason=f"{why}: GAT attention on 16 x 16 tiles ({stats['edges_per_tile']:.1f} "
+                           f"edges per tile); calls with dropout, edge terms or returned weights "
+                           f"stay on the CSR kernels.", stats={k: stats[k] for k in
+                           ("num_tiles", "edges_per_tile", "fill_ratio")}, **common)
     p = _policy.plan_attention(graph, width, backward=training)
     fields = _split_fields(graph, p, _policy.ATTENTION_CHUNK, training)
     return Plan(backend="csr-split" if fields["chunk"] is not None else "csr", cpu_backend="csr",
-                reason=p.reason + ".", **fields, **common)
+                reason=f"{p.reason}; {why}.", **fields, **common)

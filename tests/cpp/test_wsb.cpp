@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gnnio/common/error.h"
+#include "gnnio/wsb/attention.h"
 #include "gnnio/wsb/params.h"
 
 namespace {
@@ -216,3 +217,97 @@ TEST(WsbSddmmCpu, MatchesDotProductsAndZeroPadding) {
 }
 
 }  // namespace
+
+// GAT attention on tiles (float64) against the softmax written out edge by edge: out, stats and
+// the three gradients, on every adversarial shape (duplicates are separate softmax terms, so the
+// count tiles carry them).
+TEST(WsbAttentionCpu, MatchesEdgeByEdgeFloat64) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<double> normal;
+  const int64_t H = 2, C = 3;
+  const double slope = 0.2;
+  for (const auto& [name, g] : cases(rng)) {
+    const int64_t nd = g.num_rows, ns = g.num_cols, E = static_cast<int64_t>(g.row.size());
+    const auto w = build<int64_t>(g);
+    const auto wt = build<int64_t>(Coo{ns, nd, g.col, g.row});
+    std::vector<float> count(w.block_col.size() * kWsbTileSize, 0.f), count_t(wt.block_col.size() * kWsbTileSize, 0.f);
+    for (int64_t e = 0; e < E; ++e) {
+      count[w.pos[e]] += 1.f;
+      count_t[wt.pos[e]] += 1.f;
+    }
+    std::vector<double> src(ns * H), dst(nd * H), value(ns * H * C), dout(nd * H * C);
+    for (auto* v : {&src, &dst, &value, &dout})
+      for (auto& x : *v) x = normal(rng);
+    std::vector<double> out(nd * H * C, 7), stats(nd * H * 2, 7), delta(nd * H), gs(ns * H, 7),
+        gd(nd * H, 7), gv(ns * H * C, 7);
+    gnnio::WsbAttentionBackwardParams b;
+    gnnio::WsbAttentionParams& p = b.fwd;
+    p.block_rowptr = w.block_rowptr.data();
+    p.block_col = w.block_col.data();
+    p.count = count.data();
+    p.num_tiles = static_cast<int64_t>(w.block_col.size());
+    p.scalar_type = gnnio::ScalarType::kFloat64;
+    p.num_dst = nd;
+    p.num_src = ns;
+    p.heads = H;
+    p.channels = C;
+    p.src_score = src.data();
+    p.dst_score = dst.data();
+    p.negative_slope = slope;
+    p.value = value.data();
+    p.out = out.data();
+    p.stats = stats.data();
+    gnnio::wsb_attention_forward_cpu(p);
+    b.grad_out = dout.data();
+    b.block_rowptr_t = wt.block_rowptr.data();
+    b.block_col_t = wt.block_col.data();
+    b.count_t = count_t.data();
+    b.delta = delta.data();
+    b.grad_src_score = gs.data();
+    b.grad_dst_score = gd.data();
+    b.grad_value = gv.data();
+    gnnio::wsb_attention_backward_cpu(b);
+
+    auto z_of = [&](int64_t e, int64_t h) { return src[g.col[e] * H + h] + dst[g.row[e] * H + h]; };
+    auto leaky = [&](double z) { return z > 0 ? z : z * slope; };
+    std::vector<double> m(nd * H, -INFINITY), s(nd * H, 0.0);
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t h = 0; h < H; ++h) m[g.row[e] * H + h] = std::max(m[g.row[e] * H + h], leaky(z_of(e, h)));
+    for (auto& v : m) v = std::isinf(v) ? 0.0 : v;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t h = 0; h < H; ++h) s[g.row[e] * H + h] += std::exp(leaky(z_of(e, h)) - m[g.row[e] * H + h]);
+    std::vector<double> ref(nd * H * C, 0.0), rgs(ns * H, 0.0), rgd(nd * H, 0.0), rgv(ns * H * C, 0.0),
+        D(nd * H, 0.0);
+    auto weight = [&](int64_t e, int64_t h) {
+      const int64_t ih = g.row[e] * H + h;
+      return std::exp(leaky(z_of(e, h)) - m[ih]) / (s[ih] + 1e-16);
+    };
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t c = 0; c < C; ++c)
+          ref[(g.row[e] * H + h) * C + c] += weight(e, h) * value[(g.col[e] * H + h) * C + c];
+    for (int64_t ih = 0; ih < nd * H; ++ih)
+      for (int64_t c = 0; c < C; ++c) D[ih] += dout[ih * C + c] * ref[ih * C + c];
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t i = g.row[e], j = g.col[e];
+        double dp = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          dp += dout[(i * H + h) * C + c] * value[(j * H + h) * C + c];
+          rgv[(j * H + h) * C + c] += weight(e, h) * dout[(i * H + h) * C + c];
+        }
+        const double dz = weight(e, h) * (dp - D[i * H + h]) * (z_of(e, h) > 0 ? 1.0 : slope);
+        rgs[j * H + h] += dz;
+        rgd[i * H + h] += dz;
+      }
+    // float64 throughout, sums of at most a few hundred O(1) terms: 1e-12 is ~4500 ulp of 1.
+    for (int64_t x = 0; x < nd * H * C; ++x) ASSERT_NEAR(out[x], ref[x], 1e-12) << name << " out " << x;
+    for (int64_t x = 0; x < nd * H; ++x) {
+      ASSERT_NEAR(stats[2 * x], m[x], 1e-12) << name << " max " << x;
+      ASSERT_NEAR(stats[2 * x + 1], s[x] + 1e-16, 1e-12 * (1 + s[x])) << name << " sum " << x;
+      ASSERT_NEAR(gd[x], rgd[x], 1e-12) << name << " d dst_score " << x;
+    }
+    for (int64_t x = 0; x < ns * H; ++x) ASSERT_NEAR(gs[x], rgs[x], 1e-12) << name << " d src_score " << x;
+    for (int64_t x = 0; x < ns * H * C; ++x) ASSERT_NEAR(gv[x], rgv[x], 1e-12) << name << " d value " << x;
+  }
+}

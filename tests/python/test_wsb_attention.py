@@ -198,3 +198,16 @@ def test_opcheck_wsb_gat_attention():
     torch.library.opcheck(torch.ops.gnnio.wsb_gat_attention_backward, bargs)
     d_src, d_dst, d_value = torch.ops.gnnio.wsb_gat_attention_backward(*bargs)
     assert d_dst is None and d_src.shape == s.shape and d_value.shape == v.shape
+
+
+def test_graph_plan_reports_the_attention_backend(monkeypatch):
+    ei = torch.randint(0, 64, (2, 900))
+    g = gnnio.Graph(ei, num_nodes=64)
+    plan = g.plan("GATConv")
+    assert plan.backend in ("csr", "csr-split") and "not yet measured" in plan.reason
+    monkeypatch.setenv("GNNIO_ATTENTION_BACKEND", "wsb")
+    plan = g.plan("GATConv")
+    assert plan.backend == "wsb" and plan.cpu_backend == "wsb"
+    assert plan.stats["num_tiles"] == g.with_remaining_self_loops()[0].wsb_stats()["num_tiles"]
+    assert "GNNIO_ATTENTION_BACKEND=wsb" in plan.reason and "wsb" in str(plan)
+    assert g.plan("GATv2Conv").backend in ("csr", "csr-split")  # the tiles take kind 'gat' only
