@@ -44,6 +44,7 @@ inline WsbAttentionParams wsb_attention_params(const at::Tensor& block_rowptr,
                    "wsb_gat_attention: src_score must have value's dtype");
   check_same_device(src_score, "src_score", value, "value");
   check_same_device(block_rowptr, "block_rowptr", value, "value");
+  check_same_device(block_col, "block_col", value, "value");
   check_same_device(count, "count", value, "value");
   WsbAttentionParams p;
   if (dst_score.has_value()) {
@@ -106,6 +107,12 @@ inline WsbAttentionBackwardParams wsb_attention_backward_params(
   check_wsb(block_rowptr_t, block_col_t, p.num_src, "wsb_gat_attention (transpose)");
   check_count(count_t, block_col_t, "count_t");
   TORCH_CHECK_VALUE(needs.size() == 3, "wsb_gat_attention_backward: needs has 3 flags");
+  check_same_device(block_rowptr_t, "block_rowptr_t", value, "value");
+  check_same_device(block_col_t, "block_col_t", value, "value");
+  check_same_device(count_t, "count_t", value, "value");
+  check_same_device(out, "out", value, "value");
+  check_same_device(stats, "stats", value, "value");
+  check_same_device(grad_out, "grad_out", value, "value");
   const std::vector<int64_t> shape{p.num_dst, p.heads, p.channels};
   TORCH_CHECK_VALUE(grad_out.sizes() == at::IntArrayRef(shape) && grad_out.is_contiguous() &&
                         grad_out.scalar_type() == value.scalar_type(),

@@ -211,3 +211,15 @@ def test_graph_plan_reports_the_attention_backend(monkeypatch):
     assert plan.stats["num_tiles"] == g.with_remaining_self_loops()[0].wsb_stats()["num_tiles"]
     assert "GNNIO_ATTENTION_BACKEND=wsb" in plan.reason and "wsb" in str(plan)
     assert g.plan("GATv2Conv").backend in ("csr", "csr-split")  # the tiles take kind 'gat' only
+
+
+def test_rows_whose_scores_are_all_minus_inf_are_nan_as_in_pyg():
+    # exp(-inf - -inf) = NaN in PyG's softmax; an isolated destination stays 0.
+    ei = torch.tensor([[0, 1, 2], [1, 1, 2]])
+    g = gnnio.Graph(ei, num_nodes=4)
+    v = torch.randn(4, 1, 3)
+    s = torch.tensor([[-float("inf")], [-float("inf")], [0.5], [0.0]])
+    ref = gnnio.ops.graph_attention(g, "gat", v, src_score=s, backend="csr")
+    out = wsb_op(g)(v, s, None)
+    assert torch.isnan(out[1]).all() and torch.isnan(ref[1]).all()
+    assert torch.equal(out[[0, 3]], torch.zeros(2, 1, 3)) and torch.allclose(out[2], v[2])

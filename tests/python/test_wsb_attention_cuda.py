@@ -119,3 +119,13 @@ def test_cuda_opcheck():
     torch.library.opcheck(torch.ops.gnnio.wsb_gat_attention_backward,
                           (w.block_rowptr, w.block_col, g.wsb_counts(), wt.block_rowptr, wt.block_col,
                            g.wsb_counts(True), s, d, v, out, stats, torch.randn_like(out), 0.2, [1, 1, 1]))
+
+
+def test_cuda_rows_whose_scores_are_all_minus_inf_are_nan_as_in_pyg():
+    ei = torch.tensor([[0, 1, 2], [1, 1, 2]], device="cuda")
+    g = gnnio.Graph(ei, num_nodes=4)
+    v = torch.randn(4, 1, 3, device="cuda")
+    s = torch.tensor([[-float("inf")], [-float("inf")], [0.5], [0.0]], device="cuda")
+    out = wsb_op(g)(v, s, None)
+    assert torch.isnan(out[1]).all()
+    assert not out[[0, 3]].any() and torch.allclose(out[2], v[2], rtol=2.0**-10)

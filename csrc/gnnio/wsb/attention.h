@@ -21,7 +21,8 @@
 // What this does not take (the binding falls back to the CSR kernels): edge scores or edge
 // values (a duplicate edge's terms would differ), dropout (a mask per edge), returned weights,
 // other score kinds, more than kWsbAttentionMaxChannels channels a head. Every stored entry of a
-// tile is multiplied, so (as in wsb_spmm) a non-finite value row spreads through its tiles.
+// tile is multiplied, so (as in wsb_spmm) a non-finite value row spreads through its tiles. A
+// row whose every score is -inf gets NaN, as PyG's softmax gives it (exp(-inf - -inf)).
 #pragma once
 
 #include <cstdint>
@@ -80,7 +81,8 @@ void wsb_attention_backward_cpu(const WsbAttentionBackwardParams& b);
 
 #ifdef GNNIO_WITH_CUDA
 // Tensor cores (nvcuda::wmma) for P · V, dout · valueᵀ and Pᵀ · dout: float32 operands as tf32,
-// float16 / bfloat16 as they are, float32 accumulation; scores, softmax and sums in float32.
+// float16 / bfloat16 as they are (P in float16 scaled by 2^15, out of the subnormals), float32
+// accumulation; scores, softmax and sums in float32.
 // float64 is refused (InvalidArgument), as in wsb_spmm_cuda.
 void wsb_attention_forward_cuda(const WsbAttentionParams& p, void* stream);
 void wsb_attention_backward_cuda(const WsbAttentionBackwardParams& b, void* stream);

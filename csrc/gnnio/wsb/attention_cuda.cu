@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "gnnio/common/convert.cuh"
 #include "gnnio/common/cuda_check.h"
@@ -26,23 +27,34 @@ namespace wmma = nvcuda::wmma;
 
 constexpr float kSoftmaxEps = 1e-16f;  // PyG's softmax denominator guard
 constexpr unsigned kFullMask = 0xffffffffu;
-// Row pitch of a staged 16 x C block: the widest head plus 8 elements, so that consecutive rows
-// start on different banks and every fragment pointer stays 32-byte aligned (wmma's rule).
-constexpr int kLd = kWsbAttentionMaxChannels + 8;
+// Row pitch of a staged 16 x C block: the widest head plus 16 bytes (4 floats, 8 halves): a
+// multiple of wmma's 4 / 8 elements, every fragment pointer 32-byte aligned, and consecutive
+// rows 4 banks apart.
+template <typename T>
+constexpr int kLd = kWsbAttentionMaxChannels + 16 / int(sizeof(T));
 constexpr int kMaxFrags = kWsbAttentionMaxChannels / 16;
+
+// P goes into float16 operands times 2^15 (P <= 1, so at most 32768 < 65504), and the products
+// are scaled back by 2^-15 at the store, exactly: unscaled, the weights of a row of thousands of
+// edges (P ~ 1e-6) would round in float16's subnormal range, to 2^-25 absolute instead of 2^-11
+// relative. bfloat16 has float32's exponent range; tf32 too.
+template <typename T>
+constexpr float kPScale = std::is_same_v<T, __half> ? 32768.f : 1.f;
+template <typename T>
+constexpr float kPUnscale = std::is_same_v<T, __half> ? 1.f / 32768.f : 1.f;
 
 template <typename T>
 struct ForwardSlab {
-  T p[kWsbTileSize];         // P, an MMA operand
-  T rows[kWsbTile * kLd];    // the tile's 16 value rows of one head
-  float tile[kWsbTileSize];  // a 16 x 16 product, staged for the store
+  T p[kWsbTileSize];            // P, an MMA operand
+  T rows[kWsbTile * kLd<T>];    // the tile's 16 value rows of one head
+  float tile[kWsbTileSize];     // a 16 x 16 product, staged for the store
 };
 
 template <typename T>
 struct BackwardSlab {
   T p[kWsbTileSize];
-  T rows[kWsbTile * kLd];   // value rows (pass A: the tile's sources; pass B: the block's own)
-  T rows2[kWsbTile * kLd];  // dout rows (pass A: the block's own; pass B: the tile's destinations)
+  T rows[kWsbTile * kLd<T>];   // value rows (pass A: the tile's sources; pass B: the block's own)
+  T rows2[kWsbTile * kLd<T>];  // dout rows (pass A: the block's own; pass B: the tile's destinations)
   float tile[kWsbTileSize];
 };
 
@@ -51,22 +63,35 @@ struct BackwardSlab {
 __device__ inline float leaky(float z, float slope) { return z > 0.f ? z : __fmul_rn(z, slope); }
 
 // Rows r0 .. r0+15 of a [n, H, C] tensor's head h into a slab block (zeros past n and C, up to
-// the 16-channel multiple the fragments read).
+// the 16-channel multiple the fragments read). vec: the tensor is 16-byte aligned and C a
+// multiple of a 16-byte vector, so a lane moves 16 bytes at a time (a vector never straddles C).
 template <typename T>
 __device__ void stage_rows(T* dst, const T* src, int64_t r0, int64_t n, int64_t heads, int64_t h,
-                           int channels, int c16, int lane) {
+                           int channels, int c16, int lane, bool vec) {
+  if (vec) {
+    constexpr int kV = 16 / int(sizeof(T));
+    const int per_row = c16 / kV;
+    for (int x = lane; x < kWsbTile * per_row; x += 32) {
+      const int r = x / per_row, c = (x % per_row) * kV;
+      int4 v = make_int4(0, 0, 0, 0);
+      if (r0 + r < n && c < channels)
+        v = *reinterpret_cast<const int4*>(src + ((r0 + r) * heads + h) * channels + c);
+      *reinterpret_cast<int4*>(dst + r * kLd<T> + c) = v;
+    }
+    return;
+  }
   const T zero = from_acc<T>(0.f);
   for (int x = lane; x < kWsbTile * c16; x += 32) {
     const int r = x / c16, c = x % c16;
     const bool ok = r0 + r < n && c < channels;
-    dst[r * kLd + c] = ok ? src[((r0 + r) * heads + h) * channels + c] : zero;
+    dst[r * kLd<T> + c] = ok ? src[((r0 + r) * heads + h) * channels + c] : zero;
   }
 }
 
 template <typename T>
-__device__ inline T operand_of(float v) {
-  if constexpr (std::is_same_v<T, float>) return v;  // rounded to tf32 in the fragment
-  else return from_acc<T>(v);
+__device__ inline T operand_of(float w) {
+  if constexpr (std::is_same_v<T, float>) return w;  // rounded to tf32 in the fragment
+  else return from_acc<T>(w * kPScale<T>);
 }
 
 template <typename T>
@@ -79,7 +104,7 @@ using BFrag = wmma::fragment<wmma::matrix_b, 16, 16, MmaTraits<T>::kK,
                              typename MmaTraits<T>::operand, Layout>;
 
 // acc[j] += A (16 x 16, row-major at a, pitch lda) · B[:, 16 j .. 16 j + 15] (row-major at b,
-// pitch kLd), for j < frags.
+// pitch kLd<T>), for j < frags.
 template <typename T>
 __device__ void mma_rows(AccFrag<T> (&acc)[kMaxFrags], const T* a, int lda, const T* b, int frags) {
   constexpr int kK = MmaTraits<T>::kK;
@@ -91,7 +116,7 @@ __device__ void mma_rows(AccFrag<T> (&acc)[kMaxFrags], const T* a, int lda, cons
     for (int j = 0; j < kMaxFrags; ++j) {
       if (j < frags) {
         BFrag<T, wmma::row_major> bf;
-        wmma::load_matrix_sync(bf, b + k * kLd + j * 16, kLd);
+        wmma::load_matrix_sync(bf, b + k * kLd<T> + j * 16, kLd<T>);
         to_operand<T>(bf);
         wmma::mma_sync(acc[j], af, bf, acc[j]);
       }
@@ -99,7 +124,7 @@ __device__ void mma_rows(AccFrag<T> (&acc)[kMaxFrags], const T* a, int lda, cons
   }
 }
 
-// out (16 x 16) = A (16 x C16, row-major, pitch kLd) · Bᵀ for B 16 x C16 row-major (pitch kLd):
+// out (16 x 16) = A (16 x C16, row-major, pitch kLd<T>) · Bᵀ for B 16 x C16 row-major (same pitch):
 // the dot products of every row of a with every row of b.
 template <typename T>
 __device__ void mma_row_dots(AccFrag<T>& out, const T* a, const T* b, int c16) {
@@ -107,9 +132,9 @@ __device__ void mma_row_dots(AccFrag<T>& out, const T* a, const T* b, int c16) {
   wmma::fill_fragment(out, 0.f);
   for (int k = 0; k < c16; k += kK) {
     AFrag<T, wmma::row_major> af;
-    BFrag<T, wmma::col_major> bf;  // element (k', n) of Bᵀ is b[n * kLd + k']
-    wmma::load_matrix_sync(af, a + k, kLd);
-    wmma::load_matrix_sync(bf, b + k, kLd);
+    BFrag<T, wmma::col_major> bf;  // element (k', n) of Bᵀ is b[n * kLd<T> + k']
+    wmma::load_matrix_sync(af, a + k, kLd<T>);
+    wmma::load_matrix_sync(bf, b + k, kLd<T>);
     to_operand<T>(af);
     to_operand<T>(bf);
     wmma::mma_sync(out, af, bf, out);
@@ -123,7 +148,7 @@ struct Lane {
 
 template <typename T, typename index_t>
 __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
-    wsb_attention_forward_kernel(WsbAttentionParams p) {
+    wsb_attention_forward_kernel(WsbAttentionParams p, bool vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kWarps = WsbAttentionConfig::kForwardWarps;
   __shared__ __align__(128) ForwardSlab<T> slabs[kWarps];
@@ -135,87 +160,98 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
   const auto* src_score = static_cast<const T*>(p.src_score);
   const auto* dst_score = static_cast<const T*>(p.dst_score);
   const auto* value = static_cast<const T*>(p.value);
-  const int64_t b = blockIdx.x, i = b * kWsbTile + ln.r, H = p.heads;
+  // Work item = (block row, head), kWarps a CTA: a CTA serves several block rows when there
+  // are fewer heads than warps.
+  const int64_t H = p.heads, item = int64_t(blockIdx.x) * kWarps + warp;
+  if (item >= (p.num_dst + kWsbTile - 1) / kWsbTile * H) return;  // the whole warp
+  const int64_t b = item / H, h = item % H, i = b * kWsbTile + ln.r;
   const bool row_ok = i < p.num_dst;
   const int64_t begin = block_rowptr[b], end = block_rowptr[b + 1];
   const int C = static_cast<int>(p.channels), c16 = (C + 15) / 16 * 16, frags = c16 / 16;
   const float slope = static_cast<float>(p.negative_slope);
 
-  for (int64_t h = warp; h < H; h += kWarps) {
-    const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
-    // Pass 1: the row's max and sum from the scores alone.
-    float m = -INFINITY, s = 0.f;
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t c0 = int64_t(block_col[t]) * kWsbTile + ln.cb;
-      const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
-      float e[8], tile_max = -INFINITY;
+  const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
+  // Pass 1: the row's max and sum from the scores alone.
+  float m = -INFINITY, s = 0.f;
+  bool seen = false;  // an edge, whatever its score
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t c0 = int64_t(block_col[t]) * kWsbTile + ln.cb;
+    const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
+    float e[8], tile_max = -INFINITY;
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        e[q] = cnt[q] > 0.f ? leaky(to_acc(src_score[(c0 + q) * H + h]) + sd, slope) : -INFINITY;
-        tile_max = fmaxf(tile_max, e[q]);
-      }
-      if (tile_max > m) {
-        s = m == -INFINITY ? 0.f : s * expf(m - tile_max);
-        m = tile_max;
-      }
+    for (int q = 0; q < 8; ++q) {
+      seen |= cnt[q] > 0.f;
+      e[q] = cnt[q] > 0.f ? leaky(to_acc(src_score[(c0 + q) * H + h]) + sd, slope) : -INFINITY;
+      tile_max = fmaxf(tile_max, e[q]);
+    }
+    if (tile_max > m) {
+      s = m == -INFINITY ? 0.f : s * expf(m - tile_max);
+      m = tile_max;
+    }
 #pragma unroll
-      for (int q = 0; q < 8; ++q)
-        if (cnt[q] > 0.f) s += cnt[q] * expf(e[q] - m);
-    }
-    const float m_other = __shfl_xor_sync(kFullMask, m, 1), s_other = __shfl_xor_sync(kFullMask, s, 1);
-    float M = fmaxf(m, m_other), S = 0.f;
-    if (M == -INFINITY) {
-      M = 0.f;  // no edge: PyG's empty softmax
-    } else {  // the same two terms in both lanes, added in either order: the same float
-      S = (m == -INFINITY ? 0.f : s * expf(m - M)) + (m_other == -INFINITY ? 0.f : s_other * expf(m_other - M));
-    }
-    S += kSoftmaxEps;
-    if ((lane & 1) == 0 && row_ok) {
-      auto* st = static_cast<float*>(p.stats) + (i * H + h) * 2;
-      st[0] = M;
-      st[1] = S;
-    }
-
-    // Pass 2: out = P · value with P final.
-    AccFrag<T> acc[kMaxFrags];
-#pragma unroll
-    for (int j = 0; j < kMaxFrags; ++j) wmma::fill_fragment(acc[j], 0.f);
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
-      const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
-#pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        float w = 0.f;
-        if (cnt[q] > 0.f) {
-          const float e = leaky(to_acc(src_score[(c0 + ln.cb + q) * H + h]) + sd, slope);
-          w = cnt[q] * expf(e - M) / S;
-        }
-        slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w);
-      }
-      stage_rows(slab.rows, value, c0, p.num_src, H, h, C, c16, lane);
-      __syncwarp();
-      mma_rows<T>(acc, slab.p, kWsbTile, slab.rows, frags);
-      __syncwarp();  // the slab is written again for the next tile
-    }
-    auto* out = static_cast<T*>(p.out);
-    auto* out_acc = static_cast<float*>(p.out_acc);
-#pragma unroll
-    for (int j = 0; j < kMaxFrags; ++j) {
-      if (j >= frags) break;
-      wmma::store_matrix_sync(slab.tile, acc[j], kWsbTile, wmma::mem_row_major);
-      __syncwarp();
-      for (int x = lane; x < kWsbTileSize; x += 32) {
-        const int64_t row = b * kWsbTile + x / kWsbTile;
-        const int c = j * 16 + x % kWsbTile;
-        if (row < p.num_dst && c < C) {
-          const int64_t o = (row * H + h) * C + c;
-          out[o] = from_acc<T>(slab.tile[x]);
-          if (out_acc) out_acc[o] = slab.tile[x];
-        }
-      }
-      __syncwarp();
-    }
+    for (int q = 0; q < 8; ++q)
+      if (cnt[q] > 0.f) s += cnt[q] * expf(e[q] - m);
   }
+  const float m_other = __shfl_xor_sync(kFullMask, m, 1), s_other = __shfl_xor_sync(kFullMask, s, 1);
+  const bool row_seen = seen || __shfl_xor_sync(kFullMask, int(seen), 1);
+  float M = fmaxf(m, m_other), S = 0.f;
+  if (M == -INFINITY) {
+    // No edge: PyG's empty softmax. Edges whose scores are all -inf: PyG's (and the CPU's)
+    // exp(-inf - -inf) = NaN.
+    M = 0.f;
+    S = row_seen ? NAN : 0.f;
+  } else {  // the same two terms in both lanes, added in either order: the same float
+    S = (m == -INFINITY ? 0.f : s * expf(m - M)) + (m_other == -INFINITY ? 0.f : s_other * expf(m_other - M));
+  }
+  S += kSoftmaxEps;
+  if ((lane & 1) == 0 && row_ok) {
+    auto* st = static_cast<float*>(p.stats) + (i * H + h) * 2;
+    st[0] = M;
+    st[1] = S;
+  }
+
+  // Pass 2: out = P · value with P final.
+  AccFrag<T> acc[kMaxFrags];
+#pragma unroll
+  for (int j = 0; j < kMaxFrags; ++j) wmma::fill_fragment(acc[j], 0.f);
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
+    const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      float w = 0.f;
+      if (cnt[q] > 0.f) {
+        const float e = leaky(to_acc(src_score[(c0 + ln.cb + q) * H + h]) + sd, slope);
+        w = cnt[q] * expf(e - M) / S;
+      }
+      slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w);
+    }
+    stage_rows(slab.rows, value, c0, p.num_src, H, h, C, c16, lane, vec);
+    __syncwarp();
+    mma_rows<T>(acc, slab.p, kWsbTile, slab.rows, frags);
+    __syncwarp();  // the slab is written again for the next tile
+  }
+  auto* out = static_cast<T*>(p.out);
+  auto* out_acc = static_cast<float*>(p.out_acc);
+#pragma unroll
+  for (int j = 0; j < kMaxFrags; ++j) {
+    if (j >= frags) break;
+    wmma::store_matrix_sync(slab.tile, acc[j], kWsbTile, wmma::mem_row_major);
+    __syncwarp();
+    for (int x = lane; x < kWsbTileSize; x += 32) {
+      const int64_t row = b * kWsbTile + x / kWsbTile;
+      const int c = j * 16 + x % kWsbTile;
+      if (row < p.num_dst && c < C) {
+        const int64_t o = (row * H + h) * C + c;
+        const float v = slab.tile[x] * kPUnscale<T>;
+        out[o] = from_acc<T>(v);
+        if (out_acc) out_acc[o] = v;
+      }
+    }
+    __syncwarp();
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built for an architecture without these MMA shapes: fail loudly
 #endif
 }
 
@@ -241,7 +277,7 @@ __global__ void wsb_attention_delta_kernel(WsbAttentionBackwardParams b) {
 // Pass A: d dst_score, by destination block.
 template <typename T, typename index_t>
 __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
-    wsb_attention_pass_a_kernel(WsbAttentionBackwardParams bp) {
+    wsb_attention_pass_a_kernel(WsbAttentionBackwardParams bp, bool vec_value, bool vec_dout) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kWarps = WsbAttentionConfig::kBackwardWarps;
   __shared__ __align__(128) BackwardSlab<T> slabs[kWarps];
@@ -257,48 +293,50 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   const auto* dout = static_cast<const T*>(bp.grad_out);
   const auto* stats = static_cast<const float*>(p.stats);
   const auto* delta = static_cast<const float*>(bp.delta);
-  const int64_t b = blockIdx.x, i = b * kWsbTile + ln.r, H = p.heads;
+  const int64_t H = p.heads, item = int64_t(blockIdx.x) * kWarps + warp;
+  if (item >= (p.num_dst + kWsbTile - 1) / kWsbTile * H) return;  // the whole warp
+  const int64_t b = item / H, h = item % H, i = b * kWsbTile + ln.r;
   const bool row_ok = i < p.num_dst;
   const int64_t begin = block_rowptr[b], end = block_rowptr[b + 1];
   const int C = static_cast<int>(p.channels), c16 = (C + 15) / 16 * 16;
   const float slope = static_cast<float>(p.negative_slope);
 
-  for (int64_t h = warp; h < H; h += kWarps) {
-    const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
-    const float M = row_ok ? stats[(i * H + h) * 2] : 0.f, S = row_ok ? stats[(i * H + h) * 2 + 1] : 1.f;
-    const float D = row_ok ? delta[i * H + h] : 0.f;
-    stage_rows(slab.rows2, dout, b * kWsbTile, p.num_dst, H, h, C, c16, lane);
-    float g = 0.f;
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
-      stage_rows(slab.rows, value, c0, p.num_src, H, h, C, c16, lane);
-      __syncwarp();
-      AccFrag<T> dp;
-      mma_row_dots<T>(dp, slab.rows2, slab.rows, c16);  // dP = dout_block · value_tileᵀ
-      wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
-      __syncwarp();
-      const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
+  const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
+  const float M = row_ok ? stats[(i * H + h) * 2] : 0.f, S = row_ok ? stats[(i * H + h) * 2 + 1] : 1.f;
+  const float D = row_ok ? delta[i * H + h] : 0.f;
+  stage_rows(slab.rows2, dout, b * kWsbTile, p.num_dst, H, h, C, c16, lane, vec_dout);
+  float g = 0.f;
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
+    stage_rows(slab.rows, value, c0, p.num_src, H, h, C, c16, lane, vec_value);
+    __syncwarp();
+    AccFrag<T> dp;
+    mma_row_dots<T>(dp, slab.rows2, slab.rows, c16);  // dP = dout_block · value_tileᵀ
+    wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
+    __syncwarp();
+    const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        if (cnt[q] > 0.f) {
-          const float z = to_acc(src_score[(c0 + ln.cb + q) * H + h]) + sd;
-          const float w = cnt[q] * expf(leaky(z, slope) - M) / S;
-          const float de = w * (slab.tile[ln.r * kWsbTile + ln.cb + q] - D);
-          g += z > 0.f ? de : de * slope;
-        }
+    for (int q = 0; q < 8; ++q) {
+      if (cnt[q] > 0.f) {
+        const float z = to_acc(src_score[(c0 + ln.cb + q) * H + h]) + sd;
+        const float w = cnt[q] * expf(leaky(z, slope) - M) / S;
+        const float de = w * (slab.tile[ln.r * kWsbTile + ln.cb + q] - D);
+        g += z > 0.f ? de : de * slope;
       }
-      __syncwarp();  // rows and tile are written again for the next tile
     }
-    g += __shfl_xor_sync(kFullMask, g, 1);
-    if ((lane & 1) == 0 && row_ok) static_cast<T*>(bp.grad_dst_score)[i * H + h] = from_acc<T>(g);
+    __syncwarp();  // rows and tile are written again for the next tile
   }
+  g += __shfl_xor_sync(kFullMask, g, 1);
+  if ((lane & 1) == 0 && row_ok) static_cast<T*>(bp.grad_dst_score)[i * H + h] = from_acc<T>(g);
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built for an architecture without these MMA shapes: fail loudly
 #endif
 }
 
 // Pass B: d src_score and d value, by source block over the transposed tiles.
 template <typename T, typename index_t>
 __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
-    wsb_attention_pass_b_kernel(WsbAttentionBackwardParams bp) {
+    wsb_attention_pass_b_kernel(WsbAttentionBackwardParams bp, bool vec_value, bool vec_dout) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kWarps = WsbAttentionConfig::kBackwardWarps;
   __shared__ __align__(128) BackwardSlab<T> slabs[kWarps];
@@ -314,84 +352,97 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   const auto* dout = static_cast<const T*>(bp.grad_out);
   const auto* stats = static_cast<const float*>(p.stats);
   const auto* delta = static_cast<const float*>(bp.delta);
-  const int64_t sb = blockIdx.x, j = sb * kWsbTile + ln.r, H = p.heads;
+  const int64_t H = p.heads, item = int64_t(blockIdx.x) * kWarps + warp;
+  if (item >= (p.num_src + kWsbTile - 1) / kWsbTile * H) return;  // the whole warp
+  const int64_t sb = item / H, h = item % H, j = sb * kWsbTile + ln.r;
   const bool row_ok = j < p.num_src;
   const int64_t begin = block_rowptr[sb], end = block_rowptr[sb + 1];
   const int C = static_cast<int>(p.channels), c16 = (C + 15) / 16 * 16, frags = c16 / 16;
   const float slope = static_cast<float>(p.negative_slope);
 
-  for (int64_t h = warp; h < H; h += kWarps) {
-    const float ss = row_ok ? to_acc(src_score[j * H + h]) : 0.f;
-    stage_rows(slab.rows, value, sb * kWsbTile, p.num_src, H, h, C, c16, lane);
-    AccFrag<T> acc[kMaxFrags];
+  const float ss = row_ok ? to_acc(src_score[j * H + h]) : 0.f;
+  stage_rows(slab.rows, value, sb * kWsbTile, p.num_src, H, h, C, c16, lane, vec_value);
+  AccFrag<T> acc[kMaxFrags];
 #pragma unroll
-    for (int f = 0; f < kMaxFrags; ++f) wmma::fill_fragment(acc[f], 0.f);
-    float g = 0.f;
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t d0 = int64_t(block_col[t]) * kWsbTile;
-      stage_rows(slab.rows2, dout, d0, p.num_dst, H, h, C, c16, lane);
-      __syncwarp();
-      AccFrag<T> dp;
-      mma_row_dots<T>(dp, slab.rows, slab.rows2, c16);  // dPᵀ = value_block · dout_tileᵀ
-      wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
-      __syncwarp();
-      const float* cnt = bp.count_t + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
+  for (int f = 0; f < kMaxFrags; ++f) wmma::fill_fragment(acc[f], 0.f);
+  float g = 0.f;
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t d0 = int64_t(block_col[t]) * kWsbTile;
+    stage_rows(slab.rows2, dout, d0, p.num_dst, H, h, C, c16, lane, vec_dout);
+    __syncwarp();
+    AccFrag<T> dp;
+    mma_row_dots<T>(dp, slab.rows, slab.rows2, c16);  // dPᵀ = value_block · dout_tileᵀ
+    wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
+    __syncwarp();
+    const float* cnt = bp.count_t + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        float w = 0.f;
-        if (cnt[q] > 0.f) {
-          const int64_t i = d0 + ln.cb + q;
-          const float z = dst_score ? ss + to_acc(dst_score[i * H + h]) : ss;
-          w = cnt[q] * expf(leaky(z, slope) - stats[(i * H + h) * 2]) / stats[(i * H + h) * 2 + 1];
-          const float de = w * (slab.tile[ln.r * kWsbTile + ln.cb + q] - delta[i * H + h]);
-          g += z > 0.f ? de : de * slope;
-        }
-        slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w);
+    for (int q = 0; q < 8; ++q) {
+      float w = 0.f;
+      if (cnt[q] > 0.f) {
+        const int64_t i = d0 + ln.cb + q;
+        const float z = dst_score ? ss + to_acc(dst_score[i * H + h]) : ss;
+        w = cnt[q] * expf(leaky(z, slope) - stats[(i * H + h) * 2]) / stats[(i * H + h) * 2 + 1];
+        const float de = w * (slab.tile[ln.r * kWsbTile + ln.cb + q] - delta[i * H + h]);
+        g += z > 0.f ? de : de * slope;
       }
-      __syncwarp();
-      mma_rows<T>(acc, slab.p, kWsbTile, slab.rows2, frags);  // d value += Pᵀ · dout_tile
-      __syncwarp();
+      slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w);
     }
-    g += __shfl_xor_sync(kFullMask, g, 1);
-    if ((lane & 1) == 0 && row_ok && bp.grad_src_score)
-      static_cast<T*>(bp.grad_src_score)[j * H + h] = from_acc<T>(g);
-    if (bp.grad_value) {
-      auto* gv = static_cast<T*>(bp.grad_value);
+    __syncwarp();
+    mma_rows<T>(acc, slab.p, kWsbTile, slab.rows2, frags);  // d value += Pᵀ · dout_tile
+    __syncwarp();
+  }
+  g += __shfl_xor_sync(kFullMask, g, 1);
+  if ((lane & 1) == 0 && row_ok && bp.grad_src_score)
+    static_cast<T*>(bp.grad_src_score)[j * H + h] = from_acc<T>(g);
+  if (bp.grad_value) {
+    auto* gv = static_cast<T*>(bp.grad_value);
 #pragma unroll
-      for (int f = 0; f < kMaxFrags; ++f) {
-        if (f >= frags) break;
-        wmma::store_matrix_sync(slab.tile, acc[f], kWsbTile, wmma::mem_row_major);
-        __syncwarp();
-        for (int x = lane; x < kWsbTileSize; x += 32) {
-          const int64_t row = sb * kWsbTile + x / kWsbTile;
-          const int c = f * 16 + x % kWsbTile;
-          if (row < p.num_src && c < C) gv[(row * H + h) * C + c] = from_acc<T>(slab.tile[x]);
-        }
-        __syncwarp();
+    for (int f = 0; f < kMaxFrags; ++f) {
+      if (f >= frags) break;
+      wmma::store_matrix_sync(slab.tile, acc[f], kWsbTile, wmma::mem_row_major);
+      __syncwarp();
+      for (int x = lane; x < kWsbTileSize; x += 32) {
+        const int64_t row = sb * kWsbTile + x / kWsbTile;
+        const int c = f * 16 + x % kWsbTile;
+        if (row < p.num_src && c < C)
+          gv[(row * H + h) * C + c] = from_acc<T>(slab.tile[x] * kPUnscale<T>);
       }
+      __syncwarp();
     }
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built for an architecture without these MMA shapes: fail loudly
 #endif
 }
 
-int grid_of(int64_t blocks, const char* what) {
-  GNNIO_CHECK(blocks <= INT32_MAX, ErrorKind::kInvalidArgument, what, ": ", blocks,
-              " blocks of 16 rows exceed one launch's grid");
-  return static_cast<int>(blocks);
+// CTAs for one work item (block row, head) per warp.
+int grid_of(int64_t rows, int64_t heads, int warps) {
+  const int64_t items = wsb_blocks(rows) * heads, ctas = (items + warps - 1) / warps;
+  GNNIO_CHECK(ctas <= INT32_MAX, ErrorKind::kInvalidArgument, "wsb_attention: ", items,
+              " (block row, head) pairs exceed one launch's grid");
+  return static_cast<int>(ctas);
+}
+
+// Whether a [n, H, C] tensor's rows can be staged 16 bytes at a time (stage_rows' vec).
+template <typename T>
+bool vector_rows(const void* base, int64_t channels) {
+  return channels % (16 / int64_t(sizeof(T))) == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
 }
 
 template <typename T, typename index_t>
 void launch_forward(const WsbAttentionParams& p, cudaStream_t stream) {
-  const int grid = grid_of(wsb_blocks(p.num_dst), "wsb_attention");
-  wsb_attention_forward_kernel<T, index_t>
-      <<<grid, WsbAttentionConfig::kForwardWarps * 32, 0, stream>>>(p);
+  constexpr int kWarps = WsbAttentionConfig::kForwardWarps;
+  wsb_attention_forward_kernel<T, index_t><<<grid_of(p.num_dst, p.heads, kWarps), kWarps * 32, 0, stream>>>(
+      p, vector_rows<T>(p.value, p.channels));
   GNNIO_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T, typename index_t>
 void launch_backward(const WsbAttentionBackwardParams& b, cudaStream_t stream) {
   const WsbAttentionParams& p = b.fwd;
-  constexpr int kThreads = WsbAttentionConfig::kBackwardWarps * 32;
+  constexpr int kWarps = WsbAttentionConfig::kBackwardWarps;
+  const bool vec_value = vector_rows<T>(p.value, p.channels);
+  const bool vec_dout = vector_rows<T>(b.grad_out, p.channels);
   if (p.num_dst > 0) {
     const int64_t warps = p.num_dst * p.heads;
     const int blocks = static_cast<int>(std::min<int64_t>((warps + 7) / 8, 1 << 20));
@@ -399,13 +450,13 @@ void launch_backward(const WsbAttentionBackwardParams& b, cudaStream_t stream) {
     GNNIO_CUDA_CHECK(cudaGetLastError());
   }
   if (b.grad_dst_score && p.num_dst > 0) {
-    wsb_attention_pass_a_kernel<T, index_t>
-        <<<grid_of(wsb_blocks(p.num_dst), "wsb_attention"), kThreads, 0, stream>>>(b);
+    wsb_attention_pass_a_kernel<T, index_t><<<grid_of(p.num_dst, p.heads, kWarps), kWarps * 32, 0, stream>>>(
+        b, vec_value, vec_dout);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   }
   if ((b.grad_src_score || b.grad_value) && p.num_src > 0) {
-    wsb_attention_pass_b_kernel<T, index_t>
-        <<<grid_of(wsb_blocks(p.num_src), "wsb_attention"), kThreads, 0, stream>>>(b);
+    wsb_attention_pass_b_kernel<T, index_t><<<grid_of(p.num_src, p.heads, kWarps), kWarps * 32, 0, stream>>>(
+        b, vec_value, vec_dout);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   }
 }

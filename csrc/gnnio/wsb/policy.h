@@ -22,11 +22,12 @@ struct WsbSddmmConfig {
   static constexpr int kWarps = 4;
 };
 
-// GAT attention on tiles (attention.h): one CTA per block row (forward, pass A) or source block
-// (pass B), its warps taking the heads in turn; a warp stages a head's 16 x C blocks (up to
-// kWsbAttentionMaxChannels, padded to 16) in its own shared-memory slab: 10.75 KB (float32) in
-// the forward, 19.4 KB in the backward, where it holds two such blocks. Within 48 KB of static
-// shared memory: 4 warps forward, 2 backward.
+// GAT attention on tiles (attention.h): one warp per work item (block row, head) of the
+// forward and pass A, (source block, head) of pass B, kWarps items a CTA (so a CTA serves
+// several block rows when there are fewer heads than warps). A warp stages its head's 16 x C
+// blocks (up to kWsbAttentionMaxChannels, padded to 16) in its own shared-memory slab: 10.5 KiB
+// (float32) in the forward, 18.8 KiB in the backward, which holds two such blocks. Within 48 KB
+// of static shared memory: 4 warps forward, 2 backward.
 struct WsbAttentionConfig {
   static constexpr int kForwardWarps = 4;
   static constexpr int kBackwardWarps = 2;
