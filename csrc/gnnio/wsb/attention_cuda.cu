@@ -146,6 +146,43 @@ struct Lane {
   __device__ explicit Lane(int lane) : r(lane >> 1), cb((lane & 1) * 8) {}
 };
 
+// The operands every kernel reads, typed once.
+template <typename T>
+struct Operands {
+  const T* src_score;
+  const T* dst_score;  // nullptr: no destination score
+  const T* value;
+  const T* dout;        // backward only
+  const float* stats;   // backward only
+  const float* delta;   // backward only
+  int64_t heads;
+  int channels, c16, frags;  // c16: channels padded to whole 16-wide fragments
+  float slope;
+  __device__ Operands(const WsbAttentionParams& p, const void* grad_out, const void* d)
+      : src_score(static_cast<const T*>(p.src_score)),
+        dst_score(static_cast<const T*>(p.dst_score)),
+        value(static_cast<const T*>(p.value)),
+        dout(static_cast<const T*>(grad_out)),
+        stats(static_cast<const float*>(p.stats)),
+        delta(static_cast<const float*>(d)),
+        heads(p.heads),
+        channels(static_cast<int>(p.channels)),
+        c16((channels + 15) / 16 * 16),
+        frags(c16 / 16),
+        slope(static_cast<float>(p.negative_slope)) {}
+};
+
+// The warp's work item (block of 16 rows, head) among blocks(rows) x heads, kWarps a CTA;
+// false past the end (for the whole warp).
+template <int kWarps>
+__device__ bool work_item(int64_t rows, int64_t heads, int warp, int64_t& block, int64_t& head) {
+  const int64_t item = int64_t(blockIdx.x) * kWarps + warp;
+  if (item >= (rows + kWsbTile - 1) / kWsbTile * heads) return false;
+  block = item / heads;
+  head = item % heads;
+  return true;
+}
+
 template <typename T, typename index_t>
 __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
     wsb_attention_forward_kernel(WsbAttentionParams p, bool vec) {
@@ -157,18 +194,16 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
   const Lane ln(lane);
   const auto* block_rowptr = static_cast<const index_t*>(p.block_rowptr);
   const auto* block_col = static_cast<const index_t*>(p.block_col);
-  const auto* src_score = static_cast<const T*>(p.src_score);
-  const auto* dst_score = static_cast<const T*>(p.dst_score);
-  const auto* value = static_cast<const T*>(p.value);
-  // Work item = (block row, head), kWarps a CTA: a CTA serves several block rows when there
-  // are fewer heads than warps.
-  const int64_t H = p.heads, item = int64_t(blockIdx.x) * kWarps + warp;
-  if (item >= (p.num_dst + kWsbTile - 1) / kWsbTile * H) return;  // the whole warp
-  const int64_t b = item / H, h = item % H, i = b * kWsbTile + ln.r;
+  // A CTA serves several block rows when there are fewer heads than warps.
+  int64_t b, h;
+  if (!work_item<kWarps>(p.num_dst, p.heads, warp, b, h)) return;
+  const Operands<T> op(p, nullptr, nullptr);
+  const int64_t H = op.heads, i = b * kWsbTile + ln.r;
   const bool row_ok = i < p.num_dst;
   const int64_t begin = block_rowptr[b], end = block_rowptr[b + 1];
-  const int C = static_cast<int>(p.channels), c16 = (C + 15) / 16 * 16, frags = c16 / 16;
-  const float slope = static_cast<float>(p.negative_slope);
+  const int C = op.channels, c16 = op.c16, frags = op.frags;
+  const float slope = op.slope;
+  const T *src_score = op.src_score, *dst_score = op.dst_score, *value = op.value;
 
   const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
   // Pass 1: the row's max and sum from the scores alone.
@@ -287,19 +322,16 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   const Lane ln(lane);
   const auto* block_rowptr = static_cast<const index_t*>(p.block_rowptr);
   const auto* block_col = static_cast<const index_t*>(p.block_col);
-  const auto* src_score = static_cast<const T*>(p.src_score);
-  const auto* dst_score = static_cast<const T*>(p.dst_score);
-  const auto* value = static_cast<const T*>(p.value);
-  const auto* dout = static_cast<const T*>(bp.grad_out);
-  const auto* stats = static_cast<const float*>(p.stats);
-  const auto* delta = static_cast<const float*>(bp.delta);
-  const int64_t H = p.heads, item = int64_t(blockIdx.x) * kWarps + warp;
-  if (item >= (p.num_dst + kWsbTile - 1) / kWsbTile * H) return;  // the whole warp
-  const int64_t b = item / H, h = item % H, i = b * kWsbTile + ln.r;
+  int64_t b, h;
+  if (!work_item<kWarps>(p.num_dst, p.heads, warp, b, h)) return;
+  const Operands<T> op(p, bp.grad_out, bp.delta);
+  const int64_t H = op.heads, i = b * kWsbTile + ln.r;
   const bool row_ok = i < p.num_dst;
   const int64_t begin = block_rowptr[b], end = block_rowptr[b + 1];
-  const int C = static_cast<int>(p.channels), c16 = (C + 15) / 16 * 16;
-  const float slope = static_cast<float>(p.negative_slope);
+  const int C = op.channels, c16 = op.c16;
+  const float slope = op.slope;
+  const T *src_score = op.src_score, *dst_score = op.dst_score, *value = op.value, *dout = op.dout;
+  const float *stats = op.stats, *delta = op.delta;
 
   const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
   const float M = row_ok ? stats[(i * H + h) * 2] : 0.f, S = row_ok ? stats[(i * H + h) * 2 + 1] : 1.f;
@@ -346,19 +378,16 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   const Lane ln(lane);
   const auto* block_rowptr = static_cast<const index_t*>(bp.block_rowptr_t);
   const auto* block_col = static_cast<const index_t*>(bp.block_col_t);
-  const auto* src_score = static_cast<const T*>(p.src_score);
-  const auto* dst_score = static_cast<const T*>(p.dst_score);
-  const auto* value = static_cast<const T*>(p.value);
-  const auto* dout = static_cast<const T*>(bp.grad_out);
-  const auto* stats = static_cast<const float*>(p.stats);
-  const auto* delta = static_cast<const float*>(bp.delta);
-  const int64_t H = p.heads, item = int64_t(blockIdx.x) * kWarps + warp;
-  if (item >= (p.num_src + kWsbTile - 1) / kWsbTile * H) return;  // the whole warp
-  const int64_t sb = item / H, h = item % H, j = sb * kWsbTile + ln.r;
+  int64_t sb, h;
+  if (!work_item<kWarps>(p.num_src, p.heads, warp, sb, h)) return;
+  const Operands<T> op(p, bp.grad_out, bp.delta);
+  const int64_t H = op.heads, j = sb * kWsbTile + ln.r;
   const bool row_ok = j < p.num_src;
   const int64_t begin = block_rowptr[sb], end = block_rowptr[sb + 1];
-  const int C = static_cast<int>(p.channels), c16 = (C + 15) / 16 * 16, frags = c16 / 16;
-  const float slope = static_cast<float>(p.negative_slope);
+  const int C = op.channels, c16 = op.c16, frags = op.frags;
+  const float slope = op.slope;
+  const T *src_score = op.src_score, *dst_score = op.dst_score, *value = op.value, *dout = op.dout;
+  const float *stats = op.stats, *delta = op.delta;
 
   const float ss = row_ok ? to_acc(src_score[j * H + h]) : 0.f;
   stage_rows(slab.rows, value, sb * kWsbTile, p.num_src, H, h, C, c16, lane, vec_value);
