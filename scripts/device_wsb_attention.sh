@@ -25,7 +25,7 @@ if [ "${SANITIZE_S:-90}" -gt 0 ]; then
 fi
 for dtype in ${DTYPES-float32 bfloat16}; do
   timeout "${BENCH_S:-150}" python3 -m gnnio.bench --warmup 3 --repeat 10 --no-plot --compare none \
-    --dtype "$dtype" --graphs "${GRAPHS:-blockdiag-1M-16M,grid-1000x1000,powerlaw-1M-16M,real}" \
+    --dtype "$dtype" --graphs "${GRAPHS:-blockdiag-1M-16M,grid-1000x1000,uniform-1M-16M,powerlaw-1M-16M,real}" \
     --layers "graph_attention(wsb)" --out "$OUT/nvidia-h200-wsb-attention-$dtype.json" \
     > "$OUT/bench-wsb-attention-$dtype.log" 2>&1 || echo "$dtype: stopped (rc $?)"
   echo "bench $dtype: $(( $(date +%s) - T0 )) s"

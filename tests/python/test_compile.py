@@ -64,3 +64,11 @@ def test_compiled_model_matches_eager(device, as_graph, net):
 def test_opcheck_csr_from_coo():
     ei, n = random_graph(12, 50)
     torch.library.opcheck(torch.ops.gnnio.csr_from_coo.default, (ei[1].int(), ei[0].int(), n, n))
+
+
+@pytest.mark.parametrize("as_graph", [False, True])
+def test_compiled_wsb_attention_matches_eager(device, as_graph, monkeypatch):
+    # GATConv on WSB tiles (the variable routes it; GATv2Conv and TransformerConv stay on the
+    # CSR kernels): its Python autograd Function and the tile ops trace, fullgraph included.
+    monkeypatch.setenv("GNNIO_ATTENTION_BACKEND", "wsb")
+    test_compiled_model_matches_eager(device, as_graph, AttentionNet)
