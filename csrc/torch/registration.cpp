@@ -81,12 +81,13 @@ TORCH_LIBRARY(gnnio, m) {
   // the gradient of wsb_spmm's values (a: the output gradient, b: the features).
   m.def("wsb_sddmm(Tensor block_rowptr, Tensor block_col, Tensor a, Tensor b) -> Tensor");
   // GAT attention on WSB tiles (gnnio/wsb/attention.h): count [num_tiles, 16, 16] float32 holds
-  // the edges of each tile entry. out [num_dst, H, C], stats [num_dst, H, 2] (the CSR kernels'
+  // the edges of each tile entry; value and src_score have num_src rows (the tiles' columns). out [num_dst, H, C], stats [num_dst, H, 2] (the CSR kernels'
   // (max, sum)), out_acc [num_dst, H, C] float32 when save_out_acc and value is 16-bit (else
   // empty). The backward takes the transpose's WSB and count, out (or out_acc) and stats, and
   // needs = (src_score, dst_score, value); a gradient not needed is returned undefined (None).
   m.def("wsb_gat_attention(Tensor block_rowptr, Tensor block_col, Tensor count, Tensor src_score, "
-        "Tensor? dst_score, Tensor value, int num_dst, float negative_slope, bool save_out_acc) -> "
+        "Tensor? dst_score, Tensor value, int num_src, int num_dst, float negative_slope, "
+        "bool save_out_acc) -> "
         "(Tensor out, Tensor stats, Tensor out_acc)");
   m.def("wsb_gat_attention_backward(Tensor block_rowptr, Tensor block_col, Tensor count, "
         "Tensor block_rowptr_t, Tensor block_col_t, Tensor count_t, Tensor src_score, "

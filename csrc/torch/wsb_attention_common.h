@@ -27,13 +27,16 @@ inline WsbAttentionParams wsb_attention_params(const at::Tensor& block_rowptr,
                                                const at::Tensor& block_col, const at::Tensor& count,
                                                const at::Tensor& src_score,
                                                const OptTensor& dst_score, const at::Tensor& value,
-                                               int64_t num_dst, double negative_slope) {
+                                               int64_t num_src, int64_t num_dst,
+                                               double negative_slope) {
   check_wsb(block_rowptr, block_col, num_dst, "wsb_gat_attention");
   check_count(count, block_col, "count");
   TORCH_CHECK_VALUE(value.dim() == 3 && value.is_contiguous(),
                     text("wsb_gat_attention: value must be contiguous [num_src, heads, channels], got ",
                          sizes_text(value.sizes())));
   const int64_t ns = value.size(0), heads = value.size(1), channels = value.size(2);
+  TORCH_CHECK_VALUE(ns == num_src, text("wsb_gat_attention: value has ", ns, " rows but the tiles have ",
+                                        num_src, " columns (sources)"));
   TORCH_CHECK_VALUE(channels <= kWsbAttentionMaxChannels,
                     text("wsb_gat_attention: at most ", kWsbAttentionMaxChannels,
                          " channels a head, got ", channels, " (use the CSR kernels)"));
@@ -102,8 +105,9 @@ inline WsbAttentionBackwardParams wsb_attention_backward_params(
     double negative_slope, at::IntArrayRef needs, WsbAttentionGrads& g) {
   WsbAttentionBackwardParams b;
   b.fwd = wsb_attention_params(block_rowptr, block_col, count, src_score, dst_score, value,
-                               stats.size(0), negative_slope);
+                               value.size(0), stats.size(0), negative_slope);
   const WsbAttentionParams& p = b.fwd;
+  // The transpose's block rows are the sources: value's rows.
   check_wsb(block_rowptr_t, block_col_t, p.num_src, "wsb_gat_attention (transpose)");
   check_count(count_t, block_col_t, "count_t");
   TORCH_CHECK_VALUE(needs.size() == 3, "wsb_gat_attention_backward: needs has 3 flags");

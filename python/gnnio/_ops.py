@@ -78,8 +78,8 @@ def _segment_reduce_backward_fake(rowptr_t, col_t, t2c, arg, grad_out, num_src, 
 
 
 @torch.library.register_fake("gnnio::wsb_gat_attention")
-def _wsb_gat_attention_fake(block_rowptr, block_col, count, src_score, dst_score, value, num_dst,
-                            negative_slope, save_out_acc):
+def _wsb_gat_attention_fake(block_rowptr, block_col, count, src_score, dst_score, value, num_src,
+                            num_dst, negative_slope, save_out_acc):
     heads, channels = value.size(1), value.size(2)
     stats_dtype = torch.float64 if value.dtype == torch.float64 else torch.float32
     acc = save_out_acc and value.element_size() == 2

@@ -248,14 +248,22 @@ def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
 
 def _plan_attention_layer(graph, width, training, common, kind) -> Plan:
     backend, why = _policy.attention_backend(None)
-    if backend == "wsb" and kind == "gat":  # a call with dropout or edge terms stays on CSR
+    tiles = backend == "wsb" and kind == "gat"
+    float64 = common["dtype"] == torch.float64
+    if tiles and not float64:
         stats = graph.wsb_stats()
         return Plan(backend="wsb", cpu_backend="wsb",
                     reason=f"{why}: GAT attention on 16 x 16 tiles ({stats['edges_per_tile']:.1f} "
-                           f"edges per tile); calls with dropout, edge terms or returned weights "
-                           f"stay on the CSR kernels.", stats={k: stats[k] for k in
-                           ("num_tiles", "edges_per_tile", "fill_ratio")}, **common)
+                           f"edges per tile); calls with dropout, edge terms, returned weights or "
+                           f"more than 128 channels a head stay on the CSR kernels.",
+                    stats={k: stats[k] for k in ("num_tiles", "edges_per_tile", "fill_ratio")},
+                    **common)
     p = _policy.plan_attention(graph, width, backward=training)
     fields = _split_fields(graph, p, _policy.ATTENTION_CHUNK, training)
-    return Plan(backend="csr-split" if fields["chunk"] is not None else "csr", cpu_backend="csr",
-                reason=f"{p.reason}; {why}.", **fields, **common)
+    if backend == "wsb":  # forced, but not for this call on CUDA
+        why = (f"{why} takes kind 'gat' only: kind {kind!r} runs on the CSR kernels" if not tiles
+               else f"{why}, but CUDA runs float64 on the CSR kernels (the tiles are tensor-core "
+                    f"products; the CPU runs float64 on them)")
+    return Plan(backend="csr-split" if fields["chunk"] is not None else "csr",
+                cpu_backend="wsb" if tiles else "csr", reason=f"{p.reason}; {why}.", **fields,
+                **common)

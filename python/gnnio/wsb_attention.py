@@ -32,6 +32,9 @@ def wsb_attention_blockers(kind: str, value: torch.Tensor, *, edge_score=None, e
         why.append(f"{value.size(2)} channels a head (at most {MAX_CHANNELS})")
     if value.is_cuda and value.dtype == torch.float64:
         why.append("float64 on CUDA (tensor cores take float32 as tf32, float16, bfloat16)")
+    if not value.is_cuda and value.dtype not in (torch.float32, torch.float64):
+        why.append(f"{value.dtype} on the CPU (the CPU kernels take float32 and float64, as the "
+                   f"CSR ones do)")
     return why
 
 
@@ -42,26 +45,40 @@ def wsb_gat_attention(graph: Graph, value: torch.Tensor, src_score: torch.Tensor
     s^{dst}_{i,h}))\, V_{j,h}` over the graph's WSB tiles: ``value [num_src, H, C]``,
     ``src_score [num_src, H]``, ``dst_score [num_dst, H]`` (optional), all one dtype; returns
     ``[num_dst, H, C]``. Differentiable in the three tensors (not twice). On CUDA the tile
-    products run on tensor cores, float32 as tf32 (about 1e-3 relative: what
-    ``torch.backends.cuda.matmul`` calls tf32), which the planner picks only where tf32 is
-    allowed; on the CPU float32 or float64 throughout (16-bit inputs are upcast to float32)."""
-    if value.device.type == "cpu" and value.dtype in (torch.float16, torch.bfloat16):
-        up = lambda t: None if t is None else t.float()  # noqa: E731
-        return wsb_gat_attention(graph, up(value), up(src_score), up(dst_score),
-                                 negative_slope).to(value.dtype)
+    products run on tensor cores, float32 as tf32 (about 1e-3 relative) whatever
+    ``torch.backends.cuda.matmul``'s setting: this is a forced backend (no planner rule picks it
+    yet); on the CPU float32 or float64 throughout."""
+    if not isinstance(value, torch.Tensor) or value.dim() != 3 or value.size(0) != graph.num_src:
+        raise ValueError(f"value must be a [num_src={graph.num_src}, heads, channels] Tensor, got "
+                         f"{list(value.shape) if isinstance(value, torch.Tensor) else type(value)}")
+    if src_score is None:
+        raise ValueError("wsb_gat_attention needs src_score [num_src, heads]")
+    heads = value.size(1)
+    for name, t, rows in (("src_score", src_score, graph.num_src), ("dst_score", dst_score, graph.num_dst)):
+        if t is not None and (not isinstance(t, torch.Tensor) or tuple(t.shape) != (rows, heads)):
+            raise ValueError(f"{name} must be [{rows}, {heads}], got "
+                             f"{list(t.shape) if isinstance(t, torch.Tensor) else type(t)}")
+    for t in (value, src_score, dst_score):
+        if t is not None and t.device != graph.device:
+            raise ValueError(f"an operand is on {t.device} but the graph is on {graph.device}")
+    training = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (value, src_score, dst_score))
+    if training:
+        # The backward's transposed tiles, built here rather than inside the backward, where a
+        # torch.compile trace of the backward would meet the cache's host work.
+        graph.wsb(transpose=True), graph.wsb_counts(transpose=True)
     return _WsbGatAttention.apply(graph, value.contiguous(), src_score.contiguous(),
                                   None if dst_score is None else dst_score.contiguous(),
-                                  float(negative_slope))
+                                  float(negative_slope), training)
 
 
 class _WsbGatAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, graph, value, src_score, dst_score, negative_slope):
+    def forward(ctx, graph, value, src_score, dst_score, negative_slope, training):
         w = graph.wsb()
-        training = any(ctx.needs_input_grad[1:4])
         out, stats, out_acc = _ops.wsb_gat_attention(
             w.block_rowptr, w.block_col, graph.wsb_counts(), src_score, dst_score, value,
-            graph.num_dst, negative_slope, training)
+            graph.num_src, graph.num_dst, negative_slope, training)
         # A 16-bit backward forms D_i = dout . out from the unrounded out (as the CSR kernels do).
         ctx.save_for_backward(value, src_score, dst_score, out_acc if out_acc.numel() else out, stats)
         ctx.graph, ctx.negative_slope = graph, negative_slope
@@ -79,4 +96,4 @@ class _WsbGatAttention(torch.autograd.Function):
             w.block_rowptr, w.block_col, g.wsb_counts(), wt.block_rowptr, wt.block_col,
             g.wsb_counts(transpose=True), src_score, dst_score, value, out, stats,
             grad_out.contiguous(), ctx.negative_slope, needs)
-        return None, d_value, d_src, d_dst, None
+        return None, d_value, d_src, d_dst, None, None

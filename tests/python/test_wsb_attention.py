@@ -37,10 +37,13 @@ def test_cpu_heads_channels_and_slopes(heads, channels, slope):
     check_op(wsb_op(g, slope), ei, 40, 40, heads, channels, torch.float32, "cpu", slope=slope)
 
 
-def test_cpu_hub_of_100k_neighbours():
+@pytest.mark.parametrize("shift", [0.0, 3.0], ids=["zero_mean", "shifted"])
+def test_cpu_hub_of_100k_neighbours(shift):
+    # Shifted values make the hub row's bound as tight as its output: a missing tile of the
+    # hub's edges fails there (zero-mean values leave out small against sum P |v|).
     ei, n = hub(100_000)
     g = gnnio.Graph(ei, num_nodes=n)
-    check_op(wsb_op(g), ei, n, n, 2, 8, torch.float32, "cpu")
+    check_op(wsb_op(g), ei, n, n, 2, 8, torch.float32, "cpu", shift=shift)
 
 
 def test_gradcheck_float64():
@@ -68,13 +71,41 @@ def test_cpu_is_deterministic():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_cpu_16bit_is_the_float32_computation_rounded(dtype):
+def test_cpu_16bit_is_refused_as_by_the_csr_kernels(dtype):
     ei = torch.randint(0, 50, (2, 400))
     g = gnnio.Graph(ei, num_nodes=50)
-    v, s, d = torch.randn(50, 2, 16).to(dtype), torch.randn(50, 2).to(dtype), torch.randn(50, 2).to(dtype)
-    out = wsb_op(g)(v, s, d)
-    assert out.dtype == dtype
-    assert torch.equal(out, wsb_op(g)(v.float(), s.float(), d.float()).to(dtype))
+    v, s = torch.randn(50, 2, 16).to(dtype), torch.randn(50, 2).to(dtype)
+    with pytest.raises(ValueError, match="on the CPU"):
+        wsb_op(g)(v, s, None)
+
+
+def test_operand_shapes_are_checked():
+    ei = torch.tensor([[39, 35], [0, 1]])
+    g = gnnio.Graph(ei, num_nodes=40)
+    with pytest.raises(ValueError, match="num_src=40"):
+        gnnio.wsb_attention.wsb_gat_attention(g, torch.randn(3, 1, 4), torch.randn(3, 1))
+    with pytest.raises(ValueError, match="src_score"):
+        gnnio.wsb_attention.wsb_gat_attention(g, torch.randn(40, 1, 4), torch.randn(39, 1))
+    with pytest.raises(ValueError, match="dst_score"):
+        gnnio.wsb_attention.wsb_gat_attention(g, torch.randn(40, 1, 4), torch.randn(40, 1),
+                                              torch.randn(40, 2))
+    w = g.wsb()
+    with pytest.raises(ValueError, match="3 rows but the tiles have 40"):  # the op's own check
+        torch.ops.gnnio.wsb_gat_attention(w.block_rowptr, w.block_col, g.wsb_counts(),
+                                          torch.randn(3, 1), None, torch.randn(3, 1, 4), 40, 40,
+                                          0.2, False)
+
+
+class Spy:
+    """Counts the calls of gnnio.ops' wsb_gat_attention: proof that a layer took the tiles."""
+
+    def __init__(self, monkeypatch):
+        self.calls, real = 0, gnnio.ops.wsb_gat_attention
+
+        def spy(*args, **kwargs):
+            self.calls += 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(gnnio.ops, "wsb_gat_attention", spy)
 
 
 @pytest.mark.parametrize("add_self_loops", [True, False])
@@ -83,6 +114,7 @@ def test_gatconv_through_wsb_against_pyg(monkeypatch, heads, concat, add_self_lo
     # The layer reaches the WSB kernels by the variable (the planner's auto does not pick them
     # yet); PyG's float32 layer and a float64 copy judge the error (the suite's 2x rule).
     monkeypatch.setenv("GNNIO_ATTENTION_BACKEND", "wsb")
+    spy = Spy(monkeypatch)
     torch.manual_seed(0)
     n, f_in, f_out = 60, 12, 8
     ei = torch.randint(0, n, (2, 700))
@@ -94,6 +126,7 @@ def test_gatconv_through_wsb_against_pyg(monkeypatch, heads, concat, add_self_lo
     x = torch.randn(n, f_in, requires_grad=True)
     x64 = x.detach().double().requires_grad_()
     out, ref, ref64 = ours(x, ei), theirs(x, ei), exact(x64, ei)
+    assert spy.calls == 1
     assert_no_worse_than_reference(out, ref, ref64)
     gout = torch.randn_like(out)
     g_ours = torch.autograd.grad(out, [x, *ours.parameters()], gout)
@@ -190,7 +223,7 @@ def test_opcheck_wsb_gat_attention():
     g = gnnio.Graph(ei, num_nodes=40)
     w, wt = g.wsb(), g.wsb(True)
     v, s, d = torch.randn(40, 2, 8), torch.randn(40, 2), torch.randn(40, 2)
-    args = (w.block_rowptr, w.block_col, g.wsb_counts(), s, d, v, 40, 0.2, True)
+    args = (w.block_rowptr, w.block_col, g.wsb_counts(), s, d, v, 40, 40, 0.2, True)
     torch.library.opcheck(torch.ops.gnnio.wsb_gat_attention, args)
     out, stats, out_acc = torch.ops.gnnio.wsb_gat_attention(*args)
     bargs = (w.block_rowptr, w.block_col, g.wsb_counts(), wt.block_rowptr, wt.block_col,
@@ -210,7 +243,11 @@ def test_graph_plan_reports_the_attention_backend(monkeypatch):
     assert plan.backend == "wsb" and plan.cpu_backend == "wsb"
     assert plan.stats["num_tiles"] == g.with_remaining_self_loops()[0].wsb_stats()["num_tiles"]
     assert "GNNIO_ATTENTION_BACKEND=wsb" in plan.reason and "wsb" in str(plan)
-    assert g.plan("GATv2Conv").backend in ("csr", "csr-split")  # the tiles take kind 'gat' only
+    other = g.plan("GATv2Conv")  # the tiles take kind 'gat' only
+    assert other.backend in ("csr", "csr-split") and "kind 'gatv2' runs on the CSR" in other.reason
+    wide = g.plan("GATConv", dtype=torch.float64)  # no float64 tensor-core path on CUDA
+    assert wide.backend in ("csr", "csr-split") and wide.cpu_backend == "wsb"
+    assert "float64 on the CSR kernels" in wide.reason
 
 
 def test_rows_whose_scores_are_all_minus_inf_are_nan_as_in_pyg():

@@ -87,11 +87,11 @@ def test_cuda_refusals():
         gnnio.ops.graph_attention(g, "gat", v, src_score=s, backend="wsb")
     w = g.wsb()
     with pytest.raises(ValueError, match="float64"):  # the kernel's own refusal, below the Python check
-        torch.ops.gnnio.wsb_gat_attention(w.block_rowptr, w.block_col, g.wsb_counts(), s, None, v, 20, 0.2, False)
+        torch.ops.gnnio.wsb_gat_attention(w.block_rowptr, w.block_col, g.wsb_counts(), s, None, v, 20, 20, 0.2, False)
     wide = torch.randn(20, 1, 129, device="cuda")
     with pytest.raises(ValueError, match="129"):
         torch.ops.gnnio.wsb_gat_attention(w.block_rowptr, w.block_col, g.wsb_counts(),
-                                          torch.randn(20, 1, device="cuda"), None, wide, 20, 0.2, False)
+                                          torch.randn(20, 1, device="cuda"), None, wide, 20, 20, 0.2, False)
 
 
 def test_cuda_16bit_keeps_out_acc_only_for_training():
@@ -101,7 +101,7 @@ def test_cuda_16bit_keeps_out_acc_only_for_training():
     s = torch.randn(50, 2, device="cuda", dtype=torch.bfloat16)
     for save in (False, True):
         out, stats, out_acc = torch.ops.gnnio.wsb_gat_attention(
-            w.block_rowptr, w.block_col, g.wsb_counts(), s, None, v, 50, 0.2, save)
+            w.block_rowptr, w.block_col, g.wsb_counts(), s, None, v, 50, 50, 0.2, save)
         assert stats.dtype == torch.float32
         assert out_acc.numel() == (out.numel() if save else 0)
         if save:
@@ -113,7 +113,7 @@ def test_cuda_opcheck():
     w, wt = g.wsb(), g.wsb(True)
     v, s, d = (torch.randn(40, 2, 8, device="cuda"), torch.randn(40, 2, device="cuda"),
                torch.randn(40, 2, device="cuda"))
-    args = (w.block_rowptr, w.block_col, g.wsb_counts(), s, d, v, 40, 0.2, True)
+    args = (w.block_rowptr, w.block_col, g.wsb_counts(), s, d, v, 40, 40, 0.2, True)
     torch.library.opcheck(torch.ops.gnnio.wsb_gat_attention, args)
     out, stats, _ = torch.ops.gnnio.wsb_gat_attention(*args)
     torch.library.opcheck(torch.ops.gnnio.wsb_gat_attention_backward,

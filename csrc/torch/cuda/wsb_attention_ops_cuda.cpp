@@ -10,10 +10,10 @@ namespace {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> wsb_gat_attention_cuda(
     const at::Tensor& block_rowptr, const at::Tensor& block_col, const at::Tensor& count,
     const at::Tensor& src_score, const OptTensor& dst_score, const at::Tensor& value,
-    int64_t num_dst, double negative_slope, bool save_out_acc) {
+    int64_t num_src, int64_t num_dst, double negative_slope, bool save_out_acc) {
   const c10::cuda::CUDAGuard guard(value.device());
   WsbAttentionParams p = wsb_attention_params(block_rowptr, block_col, count, src_score, dst_score,
-                                              value, num_dst, negative_slope);
+                                              value, num_src, num_dst, negative_slope);
   auto outputs = wsb_attention_outputs(p, value, save_out_acc);
   translate_errors([&] { wsb_attention_forward_cuda(p, at::cuda::getCurrentCUDAStream().stream()); });
   return outputs;
