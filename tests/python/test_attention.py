@@ -121,13 +121,45 @@ def layer_call(x, ei, ea, **kwargs):
     return call
 
 
+# LeakyReLU's derivative jumps at 0 (1 to negative_slope): a score within float32's rounding of 0
+# may land on either side in a float32 computation, and both are right, but the gradient then
+# differs from float64's by the jump times that edge's weight, in one implementation and not in
+# the other. Scores are O(1)-O(10) sums, rounded to ~1e-6 at most; draws with a score closer to 0
+# than KINK are drawn again (~1% of as20000102's GATConv draws; one failed a CI run at c2f25a9).
+KINK = 1e-5
+
+
+def kink_margin(pyg, call) -> float:
+    """The smallest |z| that LeakyReLU sees in PyG's float64 forward of ``call``."""
+    exact = copy.deepcopy(pyg).double()
+    seen, real_leaky = [], F.leaky_relu
+
+    def spy(t, *args, **kwargs):
+        if t.numel():
+            seen.append(t.detach().abs().min().item())
+        return real_leaky(t, *args, **kwargs)
+    F.leaky_relu = spy  # PyG's conv modules call it as F.leaky_relu (torch.nn.functional)
+    try:
+        with torch.no_grad():
+            call(exact, torch.float64)
+    finally:
+        F.leaky_relu = real_leaky
+    return min(seen, default=math.inf)
+
+
 @pytest.mark.parametrize("layer,opt", LAYER_CASES, ids=[f"{a}-{b}" for a, b in LAYER_CASES])
 @pytest.mark.parametrize("name,ei,n", cases(), ids=lambda c: c if isinstance(c, str) else "")
 def test_layer_matches_pyg(layer, opt, name, ei, n):
     opts = LAYERS[layer][opt]
     pyg, ours = make_pair(layer, 7, 5, **opts)
-    x = torch.randn(n, 7)
-    run_pair(pyg, ours, layer_call(x, ei, edge_features(opts, ei.size(1))), rows=n + ei.size(1))
+    for _ in range(50):
+        x = torch.randn(n, 7)
+        call = layer_call(x, ei, edge_features(opts, ei.size(1)))
+        if kink_margin(pyg, call) > KINK:
+            break
+    else:
+        pytest.fail(f"no draw of 50 kept every score {KINK} away from LeakyReLU's kink")
+    run_pair(pyg, ours, call, rows=n + ei.size(1))
 
 
 @pytest.mark.parametrize("layer", list(LAYERS))
