@@ -32,7 +32,7 @@ HEADER = {"card", "torch", "pyg", "gnnio", "date", "commit", "copy_tbps", "study
           "rows", "graphs", "skipped", "stopped"}
 ROW_KEYS = {"graph", "layer", "impl", "dtype", "fwd_ms", "fwd_bwd_ms", "peak_extra_gib"}
 PICKS = {"spmm": {"csr", "wsb"}, "reduce": {"degree-aware", "node-parallel"},
-         "attention": {"csr-split", "csr"}}
+         "attention": {"csr-split", "csr"}, "attention-gat": {"csr-split", "csr", "wsb"}}
 
 
 def positive(v):
@@ -122,8 +122,9 @@ def test_planner_study_rows(results):
                                            else ("same kernel", "other kernel"))
             assert r[f"{key[:-3]}_samples"] == 1  # --repeat 1
             assert all(m[f"{key[:-3]}_samples"] == 1 for m in r["backends"].values())
-        assert r["one_kernel"] == (r["family"] != "spmm")  # the CPU has no split
-        if r["family"] == "spmm":
+        # The CPU has no split; WSB attention is a kernel of its own.
+        assert r["one_kernel"] == (r["family"] not in ("spmm", "attention-gat"))
+        if r["family"] in ("spmm", "attention-gat"):
             assert r["planner_pick"] == r["planner_pick_fwd"] == "csr"  # the CPU keeps CSR
     md = results["planner.md"]
     assert "| graph | family | dtype | pass | fixed backends |" in md

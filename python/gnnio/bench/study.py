@@ -32,7 +32,7 @@ from gnnio.bench.timing import copy_rate_tbps, median_ms
 STUDIES = ("reorder", "planner")
 ORDERS = gnnio.reorder.METHODS  # 'none' (the original order) is always measured first
 KERNELS = ("spmm", "reduce", "reduce-light", "reduce-heavy", "attention")
-FAMILIES = ("spmm", "reduce", "attention")
+FAMILIES = ("spmm", "reduce", "attention", "attention-gat")
 DEFAULT_GRAPHS = "standard,real"
 SUFFIX = {"reorder": "reorder-study", "planner": "planner"}
 
@@ -143,7 +143,7 @@ def header(args, study):
         "card": bench.card_name(device), "torch": torch.__version__, "pyg": bench.pyg_version(),
         "gnnio": gnnio.__version__, "date": datetime.date.today().isoformat(),
         "commit": bench.git_commit(), "copy_tbps": copy_rate_tbps(device), "study": study,
-        "features": args.features, "attention": f"gatv2, 4 heads x {args.features // 4}",
+        "features": args.features, "attention": f"gatv2 (attention-gat: gat), 4 heads x {args.features // 4}",
         "warmup": args.warmup, "repeat": args.repeat, "seed": args.seed,
         "device_time": bool(getattr(args, "device_time", False)) and device.type == "cuda",
         "perms": args.perms, "tf32_default": torch.backends.cuda.matmul.fp32_precision,

@@ -22,7 +22,11 @@ for each, so a row records its pick for each pass (``planner_pick_fwd``, ``plann
 - Reduction (``segment_reduce(max)``): ``degree-aware`` (the planner's light/heavy split forced
   on; on a graph without heavy rows it is the node-parallel kernel) and ``node-parallel``.
 - Attention (``graph_attention(gatv2)``, 4 heads x F/4): ``csr-split`` (super-node split on)
-  and ``csr`` (no split), the only two backends attention has.
+  and ``csr`` (no split), GATv2's two backends.
+- GAT attention (``attention-gat``: ``graph_attention(gat)``, 4 heads x F/4, source and
+  destination scores): ``csr-split``, ``csr`` and ``wsb`` (the 16 x 16 tiles, on CUDA tensor
+  cores; float32 runs as tf32 there, so with float32 it is shown, not counted, as SpMM's).
+  ``auto`` does not pick ``wsb`` yet (no measured rule): this family's rows are the data for one.
 
 With ``--device-time`` (CUDA) each candidate of a pass is also captured in a CUDA graph and its
 replays timed the same way (interleaved, CUDA events): the GPU's time alone, without the host's
@@ -42,7 +46,8 @@ from gnnio.bench.study import FEW_SAMPLES_MS, ONE_SAMPLE_MS, graph_stats
 from gnnio.bench.timing import sample_ms
 
 WITHIN = 1.10
-OPS = {"spmm": "spmm", "reduce": "segment_reduce(max)", "attention": "graph_attention(gatv2)"}
+OPS = {"spmm": "spmm", "reduce": "segment_reduce(max)", "attention": "graph_attention(gatv2)",
+       "attention-gat": "graph_attention(gat)"}
 
 
 def _configs(dtype_name, family, cuda):
@@ -71,6 +76,22 @@ def _family(family, graph, inp, cuda, label):
         planner = lambda: gnnio.ops.segment_reduce(graph, x, "max")  # noqa: E731
         plans = {t: graph.plan("segment_reduce(max)", f, dtype, training=t) for t in (False, True)}
         same = all(p.backend == "node-parallel" for p in plans.values())
+    elif family == "attention-gat":
+        src, dst = inp["src_score"], inp["dst_score"]
+        gat = lambda **kw: gnnio.ops.graph_attention(  # noqa: E731
+            graph, "gat", value, src_score=src, dst_score=dst, **kw)
+        fixed = {"csr-split": lambda: gat(degree_aware=True, backend="csr"),
+                 "csr": lambda: gat(degree_aware=False, backend="csr"),
+                 "wsb": lambda: gat(backend="wsb")}
+        planner = gat  # the default path
+        plans = {t: graph.plan("graph_attention(gat)", value.size(1) * value.size(2), dtype,
+                               training=t) for t in (False, True)}
+        picks = {t: p.backend if cuda else p.cpu_backend for t, p in plans.items()}
+        excluded = ({"wsb": "runs as tf32 (~1e-3 relative), below the float32 default's "
+                     "precision: shown, not counted"} if cuda and dtype == torch.float32 else {})
+        # WSB is a kernel of its own: a miss against it is a choice (csr-split and csr run one
+        # kernel where there are no heavy rows, and always on the CPU).
+        return fixed, planner, picks, plans[True].reason, excluded, None
     else:
         attn = lambda split: gnnio.ops.graph_attention(  # noqa: E731
             graph, "gatv2", value, key=value, query=query, att=att, degree_aware=split)
@@ -93,8 +114,8 @@ def _inputs(n, f, dtype, seed, device):
     rand = lambda *s: torch.randn(*s, generator=gen, device=device, dtype=dtype)  # noqa: E731
     h, c = 4, f // 4
     inp = dict(x=rand(n, f), gout=rand(n, f), value=rand(n, h, c), query=rand(n, h, c),
-               att=rand(h, c), gatt=rand(n, h, c))
-    for k in ("x", "value", "query", "att"):
+               att=rand(h, c), gatt=rand(n, h, c), src_score=rand(n, h), dst_score=rand(n, h))
+    for k in ("x", "value", "query", "att", "src_score", "dst_score"):
         inp[k].requires_grad_()
     return inp
 
@@ -214,8 +235,10 @@ def measure_replays(fns, device, warmup, repeat):
 def _measure_family(fixed, planner, family, inp, device, args):
     """({backend: measurement}, planner's measurement): forward, then forward+backward, each
     with every fixed backend and the planner interleaved."""
-    gout, inputs = ((inp["gatt"], [inp["value"], inp["query"], inp["att"]]) if family == "attention"
-                    else (inp["gout"], [inp["x"]]))
+    gout, inputs = {
+        "attention": (inp["gatt"], [inp["value"], inp["query"], inp["att"]]),
+        "attention-gat": (inp["gatt"], [inp["value"], inp["src_score"], inp["dst_score"]]),
+    }.get(family, (inp["gout"], [inp["x"]]))
     fns = {**{("fixed", b): fn for b, fn in fixed.items()}, ("planner", None): planner}
     res = {k: dict(fwd_ms=None, fwd_bwd_ms=None, peak_extra_gib=None) for k in fns}
     device_time = getattr(args, "device_time", False) and device.type == "cuda"
