@@ -124,27 +124,33 @@ def layer_call(x, ei, ea, **kwargs):
 # LeakyReLU's derivative jumps at 0 (1 to negative_slope): a score within float32's rounding of 0
 # may land on either side in a float32 computation, and both are right, but the gradient then
 # differs from float64's by the jump times that edge's weight, in one implementation and not in
-# the other. Scores are O(1)-O(10) sums, rounded to ~1e-6 at most; draws with a score closer to 0
-# than KINK are drawn again (~1% of as20000102's GATConv draws; one failed a CI run at c2f25a9).
-KINK = 1e-5
+# the other (a CI run at c2f25a9 failed GATConv-edge_mean_residual on as20000102, not
+# reproducibly: bench/NOTES.md). A score is too close when it is within KINK of 0 (the float32
+# rounding of a sum of a few O(1)-O(5) terms is below ~5e-7) or within 4 times PyG's own float32
+# rounding of it (cancelling large terms); such draws are drawn again.
+KINK = 1e-6
 
 
-def kink_margin(pyg, call) -> float:
-    """The smallest |z| that LeakyReLU sees in PyG's float64 forward of ``call``."""
-    exact = copy.deepcopy(pyg).double()
+def kink_clear(pyg, call) -> bool:
+    """Whether no LeakyReLU input of PyG's float64 forward of ``call`` is too close to 0."""
     seen, real_leaky = [], F.leaky_relu
 
     def spy(t, *args, **kwargs):
-        if t.numel():
-            seen.append(t.detach().abs().min().item())
+        seen.append(t.detach().double())
         return real_leaky(t, *args, **kwargs)
     F.leaky_relu = spy  # PyG's conv modules call it as F.leaky_relu (torch.nn.functional)
     try:
         with torch.no_grad():
-            call(exact, torch.float64)
+            call(pyg, torch.float32)
+            call(copy.deepcopy(pyg).double(), torch.float64)
     finally:
         F.leaky_relu = real_leaky
-    return min(seen, default=math.inf)
+    half = len(seen) // 2
+    for z32, z64 in zip(seen[:half], seen[half:]):
+        near = torch.maximum(torch.full_like(z64, KINK), 4 * (z32 - z64).abs())
+        if bool((z64.abs() < near).any()):
+            return False
+    return True
 
 
 @pytest.mark.parametrize("layer,opt", LAYER_CASES, ids=[f"{a}-{b}" for a, b in LAYER_CASES])
@@ -155,10 +161,10 @@ def test_layer_matches_pyg(layer, opt, name, ei, n):
     for _ in range(50):
         x = torch.randn(n, 7)
         call = layer_call(x, ei, edge_features(opts, ei.size(1)))
-        if kink_margin(pyg, call) > KINK:
+        if kink_clear(pyg, call):
             break
     else:
-        pytest.fail(f"no draw of 50 kept every score {KINK} away from LeakyReLU's kink")
+        pytest.fail("no draw of 50 kept every score clear of LeakyReLU's kink")
     run_pair(pyg, ours, call, rows=n + ei.size(1))
 
 
