@@ -235,26 +235,15 @@ def plan_attention(graph, width: int, backward: bool = False,
     return hit if hit is not None else _memo(graph, key, lambda: _plan_attention_split(graph, backward))
 
 
-ATTENTION_BACKENDS = ("csr", "wsb", "auto")
-
-
 def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] = None):
     """(backend, reason) of graph_attention: 'csr' (the fused CSR kernels, split by
     plan_attention) or 'wsb' (GAT on 16 x 16 tiles, gnnio/wsb_attention.py). The argument wins;
     otherwise GNNIO_ATTENTION_BACKEND=csr|wsb|auto. 'auto' is 'csr': the WSB attention kernels
     have not yet been timed on a GPU, so there is no measured rule to pick them by (NOTES,
     "WSB attention")."""
-    if backend is not None:
-        if backend not in ATTENTION_BACKENDS:
-            raise ValueError(f"backend must be 'csr', 'wsb', 'auto' or None, got {backend!r}")
-        if backend != "auto":
-            return backend, f"backend={backend!r}"
-    else:
-        env = _env("GNNIO_ATTENTION_BACKEND", compiling)
-        if env not in (None, "", "auto"):
-            if env not in ("csr", "wsb"):
-                raise ValueError(f"GNNIO_ATTENTION_BACKEND must be 'csr', 'wsb' or 'auto', got {env!r}")
-            return env, f"GNNIO_ATTENTION_BACKEND={env}"
+    forced = _forced_backend(backend, "GNNIO_ATTENTION_BACKEND", compiling)
+    if forced is not None:
+        return forced
     return "csr", "csr: WSB attention is not yet measured on a GPU, so auto keeps the CSR kernels"
 
 
@@ -412,19 +401,26 @@ def _tf32_allowed() -> bool:
     return torch.backends.cuda.matmul.fp32_precision == "tf32"
 
 
-def _forced_spmm_backend(backend: Optional[str], compiling: Optional[bool] = None):
-    """(backend, source) when the argument or GNNIO_SPMM_BACKEND names 'csr' or 'wsb', else
-    None (the planner decides). An explicit argument, 'auto' included, wins over the variable."""
+def _forced_backend(backend: Optional[str], variable: str, compiling: Optional[bool] = None):
+    """(backend, source) when the argument or the environment variable names 'csr' or 'wsb',
+    else None (the planner decides). An explicit argument, 'auto' included, wins over the
+    variable. Shared by the SpMM (GNNIO_SPMM_BACKEND) and attention (GNNIO_ATTENTION_BACKEND)
+    families, which offer the same three choices."""
     if backend is not None:
         if backend not in SPMM_BACKENDS:
             raise ValueError(f"backend must be 'csr', 'wsb', 'auto' or None, got {backend!r}")
         return None if backend == "auto" else (backend, f"backend={backend!r}")
-    env = _env("GNNIO_SPMM_BACKEND", compiling)
+    env = _env(variable, compiling)
     if env is None or env == "" or env == "auto":
         return None
     if env not in ("csr", "wsb"):
-        raise ValueError(f"GNNIO_SPMM_BACKEND must be 'csr', 'wsb' or 'auto', got {env!r}")
-    return env, f"GNNIO_SPMM_BACKEND={env}"
+        raise ValueError(f"{variable} must be 'csr', 'wsb' or 'auto', got {env!r}")
+    return env, f"{variable}={env}"
+
+
+def _forced_spmm_backend(backend: Optional[str], compiling: Optional[bool] = None):
+    """_forced_backend for the SpMM family (GNNIO_SPMM_BACKEND)."""
+    return _forced_backend(backend, "GNNIO_SPMM_BACKEND", compiling)
 
 
 class _SpmmRule(NamedTuple):

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "gnnio/common/cpu_dispatch.h"
 #include "gnnio/wsb/attention.h"

@@ -48,7 +48,6 @@ def bench_spmm_wsb(name, x, gout, ei, n, device, dtype, args, rows):
         torch.cuda.empty_cache()
 
 
-
 def bench_attention_wsb(name, x, gout, ei, n, device, dtype, args, rows):
     """The ``graph_attention(wsb)`` rows: GAT attention (kind gat) on the tiles (impl ``gnnio``) next
     to the fused CSR kernels (``gnnio-csr``, split as the planner splits), 4 heads x
