@@ -38,9 +38,11 @@ def assert_reordering_close(a, b, terms):
     assert (a - b).abs().max().item() <= bound
 
 
-@pytest.mark.parametrize("net", [Net, AttentionNet], ids=["spmm_reduce", "attention"])
-@pytest.mark.parametrize("as_graph", [False, True])
-def test_compiled_model_matches_eager(device, as_graph, net):
+def check_compiled(device, as_graph, net, expect_ops=()):
+    """net compiled (fullgraph with a Graph) against eager, outputs and gradients, twice; the
+    profiled compiled calls ran every op in expect_ops. The eager reference runs on its own Graph,
+    so the compiled model's Graph is warmed by one forward only (fullgraph needs the Graph's
+    caches filled, and whatever a backward needs must be built by the forward)."""
     torch._dynamo.reset()
     ei, n = real("cora")
     ei = ei.to(device)
@@ -48,17 +50,25 @@ def test_compiled_model_matches_eager(device, as_graph, net):
     eager, compiled = net().to(device).eval(), net().to(device).eval()
     compiled.load_state_dict(eager.state_dict())
     structure = gnnio.Graph(ei, num_nodes=n) if as_graph else ei
-    ref = eager(x, structure)
+    ref = eager(x, gnnio.Graph(ei, num_nodes=n) if as_graph else ei)
     ref_grads = torch.autograd.grad(ref.sum(), [x] + list(eager.parameters()))
-    if as_graph:  # fullgraph needs the Graph's caches filled: one eager call does it
+    if as_graph:
         compiled(x, structure)
     model = torch.compile(compiled, fullgraph=as_graph)
-    for _ in range(2):
-        out = model(x, structure)
-        grads = torch.autograd.grad(out.sum(), [x] + list(compiled.parameters()))
-        assert_reordering_close(out, ref, terms=n)
-        for a, b in zip(grads, ref_grads):
-            assert_reordering_close(a, b, terms=n)
+    with torch.profiler.profile() as prof:
+        for _ in range(2):
+            out = model(x, structure)
+            grads = torch.autograd.grad(out.sum(), [x] + list(compiled.parameters()))
+            assert_reordering_close(out, ref, terms=n)
+            for a, b in zip(grads, ref_grads):
+                assert_reordering_close(a, b, terms=n)
+    assert set(expect_ops) <= {e.name for e in prof.events()}
+
+
+@pytest.mark.parametrize("net", [Net, AttentionNet], ids=["spmm_reduce", "attention"])
+@pytest.mark.parametrize("as_graph", [False, True])
+def test_compiled_model_matches_eager(device, as_graph, net):
+    check_compiled(device, as_graph, net)
 
 
 def test_opcheck_csr_from_coo():
@@ -69,26 +79,7 @@ def test_opcheck_csr_from_coo():
 @pytest.mark.parametrize("as_graph", [False, True])
 def test_compiled_wsb_attention_matches_eager(device, as_graph, monkeypatch):
     # GATConv on WSB tiles (the variable routes it; GATv2Conv and TransformerConv stay on the
-    # CSR kernels): its Python autograd Function and the tile ops trace, fullgraph included,
-    # after a warm-up of one forward only (the backward's transposed tiles are built by it).
+    # CSR kernels): its Python autograd Function and the tile ops trace, fullgraph included.
     monkeypatch.setenv("GNNIO_ATTENTION_BACKEND", "wsb")
-    torch._dynamo.reset()
-    ei, n = real("cora")
-    ei = ei.to(device)
-    x = torch.randn(n, 16, device=device, requires_grad=True)
-    eager, compiled = AttentionNet().to(device).eval(), AttentionNet().to(device).eval()
-    compiled.load_state_dict(eager.state_dict())
-    structure = gnnio.Graph(ei, num_nodes=n) if as_graph else ei
-    if as_graph:
-        compiled(x, structure)
-    ref = eager(x, gnnio.Graph(ei, num_nodes=n))
-    ref_grads = torch.autograd.grad(ref.sum(), [x] + list(eager.parameters()))
-    model = torch.compile(compiled, fullgraph=as_graph)
-    with torch.profiler.profile() as prof:
-        out = model(x, structure)
-        grads = torch.autograd.grad(out.sum(), [x] + list(compiled.parameters()))
-    ran = {e.name for e in prof.events()}
-    assert {"gnnio::wsb_gat_attention", "gnnio::wsb_gat_attention_backward"} <= ran
-    assert_reordering_close(out, ref, terms=n)
-    for a, b in zip(grads, ref_grads):
-        assert_reordering_close(a, b, terms=n)
+    check_compiled(device, as_graph, AttentionNet,
+                   {"gnnio::wsb_gat_attention", "gnnio::wsb_gat_attention_backward"})
