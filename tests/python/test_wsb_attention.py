@@ -10,14 +10,9 @@ from conftest import assert_no_worse_than_reference
 from graphs import hub
 from gnnio.plan import attention_backend
 from test_wsb import CASES, IDS
-from wsb_attention_checks import check_op
+from wsb_attention_checks import check_op, wsb_op
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
-
-
-def wsb_op(graph, slope=0.2):
-    return lambda v, s, d: gnnio.ops.graph_attention(graph, "gat", v, src_score=s, dst_score=d,
-                                                     negative_slope=slope, backend="wsb")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)

@@ -9,17 +9,12 @@ import gnnio
 from gnnio._ops import HAS_CUDA_KERNELS
 from graphs import hub
 from test_wsb import CASES, IDS
-from wsb_attention_checks import check_op
+from wsb_attention_checks import check_op, wsb_op
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and HAS_CUDA_KERNELS),
                                 reason="needs CUDA and gnnio's CUDA kernels")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-
-
-def wsb_op(graph, slope=0.2):
-    return lambda v, s, d: gnnio.ops.graph_attention(graph, "gat", v, src_score=s, dst_score=d,
-                                                     negative_slope=slope, backend="wsb")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -29,11 +29,19 @@ is doubled; for the others it is below 2^-29 of theirs.
 import torch
 import torch.nn.functional as F
 
+import gnnio
+
 U32 = 2.0**-24
 OPERAND = {torch.float32: 2.0**-11, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}  # tf32 for float32
 OUT = {torch.float32: 0.0, torch.float64: 0.0, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 # float16 outputs below 2^-14 round to a spacing of 2^-24, not relative: an absolute term.
 TINY = {torch.float32: 0.0, torch.float64: 0.0, torch.float16: 2.0**-25, torch.bfloat16: 0.0}
+
+
+def wsb_op(graph, slope=0.2):
+    """op(value, src_score, dst_score) of check_op: graph_attention forced onto the tiles."""
+    return lambda v, s, d: gnnio.ops.graph_attention(graph, "gat", v, src_score=s, dst_score=d,
+                                                     negative_slope=slope, backend="wsb")
 
 
 def operands(ns, nd, heads, channels, dtype, device, dst=True, seed=0, shift=0.0):
