@@ -16,6 +16,7 @@
 
 #include "gnnio/common/convert.cuh"
 #include "gnnio/common/cuda_check.h"
+#include "gnnio/common/vec.cuh"
 #include "gnnio/wsb/attention.h"
 #include "gnnio/wsb/mma.cuh"
 #include "gnnio/wsb/policy.h"
@@ -452,10 +453,11 @@ int grid_of(int64_t rows, int64_t heads, int warps) {
   return static_cast<int>(ctas);
 }
 
-// Whether a [n, H, C] tensor's rows can be staged 16 bytes at a time (stage_rows' vec).
+// Whether a [n, H, C] tensor's head rows (C apart) can be staged 16 bytes at a time (stage_rows'
+// vec): common/vec.cuh's rule.
 template <typename T>
 bool vector_rows(const void* base, int64_t channels) {
-  return channels % (16 / int64_t(sizeof(T))) == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
+  return vector_width<T>(channels, {}, {base}) > 1;
 }
 
 template <typename T, typename index_t>
