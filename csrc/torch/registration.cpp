@@ -95,7 +95,9 @@ TORCH_LIBRARY(gnnio, m) {
         "float negative_slope, int[] needs) -> (Tensor, Tensor, Tensor)");
   // out[r, f] = max (or min) of x[col[k], f] over the slots k of row r, and arg[r, f] = the
   // winning slot (-1 for empty rows, whose out is 0). The transposed CSR and t2c (forward slot
-  // of each transposed slot) are read only by the backward pass.
+  // of each transposed slot) are read only by the backward pass. weight [nnz] (slot order, x's
+  // dtype), when given, makes each candidate weight[k] * x[col[k], f] rounded to x's dtype
+  // (PyG's message edge_weight * x_j), differentiable in both.
   // heavy_rows / heavy_items / light_max_degree are the planner's degree-aware split (CUDA;
   // gnnio.plan.plan_reduce): rows above light_max_degree are reduced by 2-D tiles. heavy_src /
   // heavy_src_items / light_max_out_degree split the transpose the same way for the backward.
@@ -103,10 +105,13 @@ TORCH_LIBRARY(gnnio, m) {
         "str reduce, Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor? heavy_rows=None, "
         "Tensor? heavy_items=None, int light_max_degree=4611686018427387904, "
         "Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
-        "int light_max_out_degree=4611686018427387904) -> (Tensor out, Tensor arg)");
+        "int light_max_out_degree=4611686018427387904, Tensor? weight=None) -> (Tensor out, Tensor arg)");
   m.def("segment_reduce_backward(Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor arg, "
         "Tensor grad_out, int num_src, Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
-        "int light_max_out_degree=4611686018427387904) -> Tensor");
+        "int light_max_out_degree=4611686018427387904, Tensor? weight=None) -> Tensor");
+  // The weights' gradient of a weighted segment_reduce: [nnz] in x's dtype, each slot's sum of
+  // grad_out * x over the features it won (0 where it won none).
+  m.def("segment_reduce_weight_backward(Tensor col, Tensor x, Tensor arg, Tensor grad_out) -> Tensor");
   // Fused graph attention over csr_by_dst (online softmax; gnnio/attention/params.h): kind
   // 0 = GAT, 1 = GATv2, 2 = dot product (Transformer). out [num_dst, H, C], stats [num_dst, H, 2]
   // = (max, sum) of each softmax, weights [E, H] in slot order when need_weights (else empty),

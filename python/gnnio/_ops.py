@@ -67,14 +67,20 @@ def _wsb_sddmm_fake(block_rowptr, block_col, a, b):
 @torch.library.register_fake("gnnio::segment_reduce")
 def _segment_reduce_fake(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c,
                          heavy_rows=None, heavy_items=None, light_max_degree=2**62,
-                         heavy_src=None, heavy_src_items=None, light_max_out_degree=2**62):
+                         heavy_src=None, heavy_src_items=None, light_max_out_degree=2**62,
+                         weight=None):
     return x.new_empty(num_rows, x.size(1)), rowptr.new_empty(num_rows, x.size(1))
 
 
 @torch.library.register_fake("gnnio::segment_reduce_backward")
 def _segment_reduce_backward_fake(rowptr_t, col_t, t2c, arg, grad_out, num_src, heavy_src=None,
-                                  heavy_src_items=None, light_max_out_degree=2**62):
+                                  heavy_src_items=None, light_max_out_degree=2**62, weight=None):
     return grad_out.new_empty(num_src, grad_out.size(1))
+
+
+@torch.library.register_fake("gnnio::segment_reduce_weight_backward")
+def _segment_reduce_weight_backward_fake(col, x, arg, grad_out):
+    return x.new_empty(col.numel())
 
 
 @torch.library.register_fake("gnnio::wsb_gat_attention")

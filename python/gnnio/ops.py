@@ -117,10 +117,17 @@ def _split_args(plan) -> tuple:
 
 
 def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
-                   return_arg: bool = False, degree_aware: Optional[bool] = None):
+                   return_arg: bool = False, degree_aware: Optional[bool] = None,
+                   edge_weight: Optional[torch.Tensor] = None):
     r"""Neighbourhood reduction :math:`\mathbf{out}_i = \mathrm{reduce}_{j \in N(i)} \mathbf{x}_j`
     for ``reduce`` in ``{'max', 'min', 'sum', 'mean'}``, as PyG's aggregation with that name:
     a destination without neighbours gets 0.
+
+    With ``edge_weight`` (``[E]``, the edge_index order of the graph; cast to ``x``'s dtype)
+    each message is :math:`w_{ji} \mathbf{x}_j` rounded to ``x``'s dtype, as PyG's GraphConv
+    message ``edge_weight * x_j`` and ``torch.sparse.mm(adj, x, 'amax')``; max/min then keep
+    the winning product, differentiable in ``x`` and in ``edge_weight`` (each edge gets the sum
+    of ``grad_out * x_j`` over the features it won). Sum and mean go to :func:`spmm`.
 
     For max/min the winner of each (node, feature) is kept as its CSR slot (``arg``, -1 where
     there is none), and the backward pass routes the gradient to that one input through the
@@ -133,17 +140,20 @@ def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
     if reduce in ("sum", "add", "mean"):
         if return_arg:
             raise ValueError("return_arg is only defined for reduce='max' or 'min'")
-        return spmm(graph, x, None, reduce)
+        return spmm(graph, x, edge_weight, reduce)
     if reduce not in ("max", "min"):
         raise ValueError(f"reduce must be one of 'max', 'min', 'sum', 'mean', got {reduce!r}")
     x = check_features(x, graph.num_src, graph)
     fwd = graph.csr_by_dst
+    weight = None
+    if edge_weight is not None:
+        weight = graph._check_edge_weight(edge_weight, x.dtype)[fwd.perm.long()]
     need_t = torch.is_grad_enabled() and x.requires_grad
     rowptr_t, col_t = graph.backward_csr(need_t)
     t2c = graph.src_slot_to_dst_slot if need_t else col_t  # col_t is the empty placeholder then
     split = _split_args(plan_reduce(graph, x.dtype, degree_aware, backward=need_t) if x.is_cuda else None)
     out, arg = _ops.segment_reduce(fwd.rowptr, fwd.col, x, graph.num_dst, graph.num_src, reduce,
-                                   rowptr_t, col_t, t2c, *split)
+                                   rowptr_t, col_t, t2c, *split, weight=weight)
     return (out, arg) if return_arg else out
 
 

@@ -102,4 +102,68 @@ TEST(SegmentReduceCpu, BackwardGathersOverTheTranspose) {
   EXPECT_EQ(grad_x, (std::vector<double>{40, 30, 0, 0}));
 }
 
+TEST(SegmentReduceCpu, WeightedMessagesAndBothGradients) {
+  // Edges 0->2 (w 2), 1->2 (w -1), 0->3 (w 0.5), two features: node 2's candidates are
+  // (2, -6) and (-4, -8) for x0 = (1, -3), x1 = (4, 8); node 3's is (0.5, -1.5).
+  const std::vector<int64_t> src{0, 1, 0}, dst{2, 2, 3};
+  const std::vector<double> w_edge{2.0, -1.0, 0.5};
+  const Csr by_dst = build(dst, src, 4), by_src = build(src, dst, 4);
+  std::vector<int64_t> inv(3), t2c(3);
+  for (int64_t k = 0; k < 3; ++k) inv[by_dst.perm[k]] = k;
+  for (int64_t k = 0; k < 3; ++k) t2c[k] = inv[by_src.perm[k]];
+  std::vector<double> w(3);  // slot order
+  for (int64_t k = 0; k < 3; ++k) w[k] = w_edge[by_dst.perm[k]];
+  const std::vector<double> x{1.0, -3.0, 4.0, 8.0, 0.0, 0.0, 0.0, 0.0};
+  std::vector<double> out(8);
+  std::vector<int64_t> arg(8);
+  gnnio::SegmentReduceParams p;
+  p.rowptr = by_dst.rowptr.data();
+  p.col = by_dst.col.data();
+  p.x = x.data();
+  p.weight = w.data();
+  p.out = out.data();
+  p.arg = arg.data();
+  p.scalar_type = gnnio::ScalarType::kFloat64;
+  p.num_rows = p.num_cols = 4;
+  p.nnz = 3;
+  p.width = p.x_row_stride = 2;
+  gnnio::segment_reduce_cpu(p);
+  EXPECT_EQ(out, (std::vector<double>{0, 0, 0, 0, 2, -6, 0.5, -1.5}));
+  std::vector<int64_t> winner(8);  // as edge ids
+  for (int64_t i = 0; i < 8; ++i) winner[i] = arg[i] < 0 ? -1 : by_dst.perm[arg[i]];
+  EXPECT_EQ(winner, (std::vector<int64_t>{-1, -1, -1, -1, 0, 0, 2, 2}));
+
+  const std::vector<double> grad_out{0, 0, 0, 0, 10, 20, 30, 40};
+  std::vector<double> grad_x(8, -1);
+  gnnio::SegmentReduceBackwardParams b;
+  b.rowptr_t = by_src.rowptr.data();
+  b.col_t = by_src.col.data();
+  b.t2c = t2c.data();
+  b.arg = arg.data();
+  b.weight = w.data();
+  b.grad_out = grad_out.data();
+  b.grad_x = grad_x.data();
+  b.scalar_type = gnnio::ScalarType::kFloat64;
+  b.num_src = 4;
+  b.width = 2;
+  gnnio::segment_reduce_backward_cpu(b);
+  // x0 won both features of node 2 (w 2) and of node 3 (w 0.5); x1 won nothing.
+  EXPECT_EQ(grad_x, (std::vector<double>{2 * 10 + 0.5 * 30, 2 * 20 + 0.5 * 40, 0, 0, 0, 0, 0, 0}));
+
+  std::vector<double> grad_w(3, 0.0);
+  gnnio::SegmentReduceWeightGradParams g;
+  g.col = by_dst.col.data();
+  g.arg = arg.data();
+  g.x = x.data();
+  g.grad_out = grad_out.data();
+  g.grad_weight = grad_w.data();
+  g.scalar_type = gnnio::ScalarType::kFloat64;
+  g.num_rows = 4;
+  g.width = g.x_row_stride = 2;
+  gnnio::segment_reduce_weight_grad_cpu(g);
+  std::vector<double> grad_w_edge(3);
+  for (int64_t k = 0; k < 3; ++k) grad_w_edge[by_dst.perm[k]] = grad_w[k];
+  EXPECT_EQ(grad_w_edge, (std::vector<double>{10 * 1 + 20 * -3, 0, 30 * 1 + 40 * -3}));
+}
+
 }  // namespace

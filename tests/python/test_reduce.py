@@ -211,12 +211,6 @@ def test_pyg_layers_accept_gnnio_aggregations(device, cls):
         assert layer.aggr_module._graph is graph
 
 
-def test_graph_conv_max_refuses_edge_weight():
-    ei, n = random_graph(10, 30)
-    with pytest.raises(NotImplementedError, match="edge_weight"):
-        gnnio.nn.GraphConv(4, 2, aggr="max")(torch.randn(n, 4), ei, torch.rand(30))
-
-
 def test_planner_splits_hubs_and_explains():
     ei, n = hub(100_000)
     g = gnnio.Graph(ei, num_nodes=n)

@@ -25,6 +25,9 @@ __device__ inline float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
 // head_scores' piece kernel).
 __device__ inline float fma_pinned(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 __device__ inline double fma_pinned(double a, double b, double c) { return __fma_rn(a, b, c); }
+// a * b rounded on its own: never contracted into a following add.
+__device__ inline float mul_pinned(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul_pinned(double a, double b) { return __dmul_rn(a, b); }
 
 template <typename T, typename A>
 __device__ inline T from_acc(A v) {

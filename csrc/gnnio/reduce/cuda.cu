@@ -41,6 +41,21 @@ __device__ inline uint32_t unpack_slot(unsigned long long key, ReduceOp op) {
   return op == ReduceOp::kMax ? 0xFFFFFFFFu - lo : lo;
 }
 
+// One slot's candidate for the reduction: x itself, or PyG's message w * x rounded once to the
+// element type (for two float16 / bfloat16 factors the float product is exact, so rounding it
+// once gives the correctly rounded product, as torch's). Unweighted, w is 1 and unused.
+template <typename scalar_t>
+struct SlotWeight {
+  using acc_t = acc_type_t<scalar_t>;
+  acc_t w;
+  bool weighted;
+  __device__ SlotWeight(const scalar_t* weight, int64_t k)
+      : w(weight != nullptr ? to_acc(weight[k]) : acc_t(1)), weighted(weight != nullptr) {}
+  __device__ acc_t operator()(scalar_t x) const {
+    return weighted ? to_acc(from_acc<scalar_t>(mul_pinned(w, to_acc(x)))) : to_acc(x);
+  }
+};
+
 // Light rows: one warp per row, each lane V consecutive features (one 16-byte load per slot
 // where the layout allows), the row's slots walked in order, two slots in flight at a time.
 template <typename scalar_t, typename index_t, int V>
@@ -49,6 +64,7 @@ __global__ void light_kernel(SegmentReduceParams p) {
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
   const auto* col = static_cast<const index_t*>(p.col);
   const auto* x = static_cast<const scalar_t*>(p.x);
+  const auto* weight = static_cast<const scalar_t*>(p.weight);
   auto* out = static_cast<scalar_t*>(p.out);
   auto* arg = static_cast<index_t*>(p.arg);
   const int lane = threadIdx.x % 32;
@@ -67,11 +83,12 @@ __global__ void light_kernel(SegmentReduceParams p) {
       int64_t best_k[V];
       {
         const auto v = load_vec<V>(x + int64_t(col[begin]) * p.x_row_stride + f);
-        for (int i = 0; i < V; ++i) best[i] = to_acc(v.v[i]), best_k[i] = begin;
+        const SlotWeight<scalar_t> w(weight, begin);
+        for (int i = 0; i < V; ++i) best[i] = w(v.v[i]), best_k[i] = begin;
       }
-      auto update = [&](const Vec<scalar_t, V>& v, int64_t k) {
+      auto update = [&](const Vec<scalar_t, V>& v, const SlotWeight<scalar_t>& w, int64_t k) {
         for (int i = 0; i < V; ++i) {
-          const acc_t a = to_acc(v.v[i]);
+          const acc_t a = w(v.v[i]);
           if (better<acc_t>(a, best[i], p.op)) best[i] = a, best_k[i] = k;
         }
       };
@@ -79,11 +96,14 @@ __global__ void light_kernel(SegmentReduceParams p) {
       for (; k + 1 < end; k += 2) {
         const auto v0 = load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f);
         const auto v1 = load_vec<V>(x + int64_t(col[k + 1]) * p.x_row_stride + f);
-        update(v0, k);
-        update(v1, k + 1);
+        const SlotWeight<scalar_t> w0(weight, k), w1(weight, k + 1);
+        update(v0, w0, k);
+        update(v1, w1, k + 1);
       }
-      if (k < end) update(load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f), k);
-      // acc_t holds every scalar_t exactly, so the stored maximum is the input value itself.
+      if (k < end)
+        update(load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f), SlotWeight<scalar_t>(weight, k), k);
+      // acc_t holds every scalar_t exactly, so the stored maximum is the input value (or the
+      // rounded product) itself.
       for (int i = 0; i < V; ++i)
         out_row[i] = from_acc<scalar_t>(best[i]), arg_row[i] = static_cast<index_t>(best_k[i]);
     }
@@ -100,6 +120,7 @@ __global__ void heavy_tile_kernel(SegmentReduceParams p, unsigned long long* key
   __shared__ int64_t best_k[kWarps][32];
   const auto* col = static_cast<const index_t*>(p.col);
   const auto* x = static_cast<const scalar_t*>(p.x);
+  const auto* weight = static_cast<const scalar_t*>(p.weight);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t item = blockIdx.x;
   const int64_t heavy = p.split.heavy_items[item * 3], begin = p.split.heavy_items[item * 3 + 1],
@@ -109,7 +130,7 @@ __global__ void heavy_tile_kernel(SegmentReduceParams p, unsigned long long* key
   int64_t k_best = -1;
   if (f < p.width) {
     for (int64_t k = begin + warp; k < end; k += kWarps) {
-      const acc_t v = to_acc(x[int64_t(col[k]) * p.x_row_stride + f]);
+      const acc_t v = SlotWeight<scalar_t>(weight, k)(x[int64_t(col[k]) * p.x_row_stride + f]);
       if (k_best < 0 || better(v, v_best, p.op)) v_best = v, k_best = k;
     }
   }
@@ -137,6 +158,7 @@ template <typename scalar_t, typename index_t>
 __global__ void heavy_finalize_kernel(SegmentReduceParams p, const unsigned long long* keys) {
   const auto* col = static_cast<const index_t*>(p.col);
   const auto* x = static_cast<const scalar_t*>(p.x);
+  const auto* weight = static_cast<const scalar_t*>(p.weight);
   auto* out = static_cast<scalar_t*>(p.out);
   auto* arg = static_cast<index_t*>(p.arg);
   const int64_t n = p.split.num_heavy * p.width;
@@ -144,7 +166,9 @@ __global__ void heavy_finalize_kernel(SegmentReduceParams p, const unsigned long
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t h = i / p.width, f = i % p.width, r = p.split.heavy_rows[h];
     const int64_t slot = unpack_slot(keys[i], p.op);
-    out[r * p.width + f] = x[int64_t(col[slot]) * p.x_row_stride + f];  // exact, any dtype
+    // The winner's candidate again, the same rounding: exact, any dtype.
+    out[r * p.width + f] =
+        from_acc<scalar_t>(SlotWeight<scalar_t>(weight, slot)(x[int64_t(col[slot]) * p.x_row_stride + f]));
     arg[r * p.width + f] = static_cast<index_t>(slot);
   }
 }
@@ -164,6 +188,7 @@ __global__ void backward_kernel(SegmentReduceBackwardParams p) {
   const auto* col_t = static_cast<const index_t*>(p.col_t);
   const auto* t2c = static_cast<const index_t*>(p.t2c);
   const auto* arg = static_cast<const index_t*>(p.arg);
+  const auto* weight = static_cast<const scalar_t*>(p.weight);
   const auto* g = static_cast<const scalar_t*>(p.grad_out);
   auto* gx = static_cast<scalar_t*>(p.grad_x);
   const int lane = threadIdx.x % 32;
@@ -175,9 +200,10 @@ __global__ void backward_kernel(SegmentReduceBackwardParams p) {
       for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
         const int64_t r = col_t[k];
         const index_t slot = t2c[k];
+        const acc_t w = weight != nullptr ? to_acc(weight[slot]) : acc_t(1);  // times 1: exact
         const auto won = load_vec<V>(arg + r * p.width + f);
         for (int i = 0; i < V; ++i)
-          if (won.v[i] == slot) acc[i] += to_acc(g[r * p.width + f + i]);
+          if (won.v[i] == slot) acc[i] += mul_pinned(w, to_acc(g[r * p.width + f + i]));
       }
       for (int i = 0; i < V; ++i) gx[j * p.width + f + i] = from_acc<scalar_t>(acc[i]);
     }
@@ -193,6 +219,7 @@ __global__ void backward_heavy_tile_kernel(SegmentReduceBackwardParams p, acc_ty
   const auto* col_t = static_cast<const index_t*>(p.col_t);
   const auto* t2c = static_cast<const index_t*>(p.t2c);
   const auto* arg = static_cast<const index_t*>(p.arg);
+  const auto* weight = static_cast<const scalar_t*>(p.weight);
   const auto* g = static_cast<const scalar_t*>(p.grad_out);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t item = blockIdx.x;
@@ -202,7 +229,11 @@ __global__ void backward_heavy_tile_kernel(SegmentReduceBackwardParams p, acc_ty
   if (f < p.width) {
     for (int64_t k = begin + warp; k < end; k += kWarps) {
       const int64_t r = col_t[k];
-      if (arg[r * p.width + f] == t2c[k]) acc += to_acc(g[r * p.width + f]);
+      const index_t slot = t2c[k];
+      if (arg[r * p.width + f] == slot) {
+        const acc_t w = weight != nullptr ? to_acc(weight[slot]) : acc_t(1);
+        acc += mul_pinned(w, to_acc(g[r * p.width + f]));
+      }
     }
   }
   sums[warp][lane] = acc;
@@ -229,6 +260,29 @@ __global__ void backward_heavy_finalize_kernel(SegmentReduceBackwardParams p,
     for (int64_t it = item; it < p.split.num_items && p.split.heavy_items[it * 3] == owner; ++it)
       acc += partial[it * p.width + f];
     gx[p.split.heavy_rows[owner] * p.width + f] = from_acc<scalar_t>(acc);
+  }
+}
+
+// The weights' gradient: one thread per destination row walks its features in order and adds
+// each won feature's g * x to its slot's entry. A row owns its slots, so no atomics, and the
+// order and roundings are the CPU kernel's. Work per row is its width, not its degree: a hub
+// costs no more than any row. Reads are row-strided across a warp; this runs only when a
+// weight needs a gradient.
+template <typename scalar_t, typename index_t>
+__global__ void weight_grad_kernel(SegmentReduceWeightGradParams p) {
+  using acc_t = acc_type_t<scalar_t>;
+  const auto* col = static_cast<const index_t*>(p.col);
+  const auto* arg = static_cast<const index_t*>(p.arg);
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  const auto* g = static_cast<const scalar_t*>(p.grad_out);
+  auto* gw = static_cast<acc_t*>(p.grad_weight);
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < p.num_rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t f = 0; f < p.width; ++f) {
+      const int64_t k = arg[r * p.width + f];
+      if (k < 0) continue;
+      gw[k] += mul_pinned(to_acc(g[r * p.width + f]), to_acc(x[int64_t(col[k]) * p.x_row_stride + f]));
+    }
   }
 }
 
@@ -296,6 +350,15 @@ void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* wo
     const dim3 grid(static_cast<unsigned>(p.split.num_items), static_cast<unsigned>((p.width + 31) / 32));
     backward_heavy_tile_kernel<scalar_t, index_t><<<grid, kThreads, 0, s>>>(p, partial);
     backward_heavy_finalize_kernel<scalar_t><<<blocks_for(p.split.num_items * p.width), kThreads, 0, s>>>(p, partial);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+void segment_reduce_weight_grad_cuda(const SegmentReduceWeightGradParams& p, void* stream) {
+  if (p.num_rows == 0 || p.width == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
+    weight_grad_kernel<decltype(scalar), decltype(index)><<<blocks_for(p.num_rows), kThreads, 0, s>>>(p);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   });
 }

@@ -3,6 +3,9 @@
 // input without any E x F buffer. Rows without slots give 0 and arg -1 (PyG's value for empty
 // groups). Ties go to the lowest slot, i.e. the earliest edge of the input order (the CSR build
 // is stable), on every device and every run. NaN wins over any number (as torch.amax).
+// Weighted (a weight per slot, PyG's GraphConv edge_weight or a sparse adjacency's values):
+// each candidate is w[k] * x[col[k], f] rounded to the element type, as PyG's message
+// edge_weight * x_j, and out holds that product.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +24,7 @@ struct SegmentReduceParams {
   IndexType index_type = IndexType::kInt64;  // also the type of arg
 
   const void* x = nullptr;  // [num_cols, width], rows x_row_stride apart, unit feature stride
+  const void* weight = nullptr;  // [nnz] in slot order, x's element type; nullptr: unweighted
   void* out = nullptr;      // [num_rows, width] contiguous
   void* arg = nullptr;      // [num_rows, width] contiguous: winning slot, -1 for empty rows
   ScalarType scalar_type = ScalarType::kFloat32;
@@ -40,14 +44,16 @@ struct SegmentReduceParams {
 };
 
 // grad_x[j, f] = sum over the slots k' of row j of the transposed CSR whose forward slot
-// t2c[k'] won (arg[col_t[k'], f] == t2c[k']) of grad_out[col_t[k'], f]. A gather over the
-// transpose: each output element is summed by one thread in slot order (deterministic).
+// t2c[k'] won (arg[col_t[k'], f] == t2c[k']) of grad_out[col_t[k'], f], times weight[t2c[k']]
+// when weighted. A gather over the transpose: each output element is summed by one thread in
+// slot order (deterministic).
 struct SegmentReduceBackwardParams {
   const void* rowptr_t = nullptr;  // [num_src + 1]
   const void* col_t = nullptr;     // [nnz] destination row of each transposed slot
   const void* t2c = nullptr;       // [nnz] forward (csr_by_dst) slot of each transposed slot
   const void* arg = nullptr;       // [num_dst, width]
   IndexType index_type = IndexType::kInt64;
+  const void* weight = nullptr;    // [nnz] in forward slot order, or nullptr (unweighted)
 
   const void* grad_out = nullptr;  // [num_dst, width] contiguous
   void* grad_x = nullptr;          // [num_src, width] contiguous
@@ -62,8 +68,28 @@ struct SegmentReduceBackwardParams {
   RowSplit split;
 };
 
+// The weights' gradient: grad_weight[k] = sum over the features f where slot k won
+// (arg[r, f] == k, r its row) of grad_out[r, f] * x[col[k], f]. Each row's features are
+// visited in order by one thread (one loop iteration on the CPU), the product rounded and then
+// added in the accumulator type: the same order and roundings on both devices, no atomics.
+struct SegmentReduceWeightGradParams {
+  const void* col = nullptr;     // [nnz]
+  const void* arg = nullptr;     // [num_rows, width] contiguous
+  IndexType index_type = IndexType::kInt64;
+
+  const void* x = nullptr;         // [num_cols, width], rows x_row_stride apart
+  const void* grad_out = nullptr;  // [num_rows, width] contiguous
+  void* grad_weight = nullptr;     // [nnz] zero on entry, the accumulator type (double for float64, else float)
+  ScalarType scalar_type = ScalarType::kFloat32;  // of x and grad_out
+
+  int64_t num_rows = 0;
+  int64_t width = 0;
+  int64_t x_row_stride = 0;
+};
+
 void segment_reduce_cpu(const SegmentReduceParams& p);
 void segment_reduce_backward_cpu(const SegmentReduceBackwardParams& p);
+void segment_reduce_weight_grad_cpu(const SegmentReduceWeightGradParams& p);
 
 #ifdef GNNIO_WITH_CUDA
 // Workspace: num_heavy * width 64-bit keys (0 bytes without heavy rows).
@@ -72,6 +98,7 @@ void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* st
 // Workspace: num_items * width accumulators (float, double for float64).
 size_t segment_reduce_backward_cuda_workspace_bytes(const SegmentReduceBackwardParams& p);
 void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* workspace, void* stream);
+void segment_reduce_weight_grad_cuda(const SegmentReduceWeightGradParams& p, void* stream);
 #endif
 
 }  // namespace gnnio

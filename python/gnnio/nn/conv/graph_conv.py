@@ -27,7 +27,7 @@ class GraphConv(torch.nn.Module):
     Args:
         in_channels (int or (int, int)): source (and destination) feature sizes.
         out_channels (int): output size.
-        aggr (str): ``'add'``, ``'mean'``, ``'max'`` or ``'min'`` (max/min without edge_weight).
+        aggr (str): ``'add'``, ``'mean'``, ``'max'`` or ``'min'``.
             (default: ``'add'``)
         bias (bool): bias of ``lin_rel``. (default: ``True``)
 
@@ -67,12 +67,8 @@ class GraphConv(torch.nn.Module):
         graph, edge_weight = self._graphs.get_weighted("GraphConv", edge_index, edge_weight,
                                                        num_src, num_dst)
         reduce = _AGGR[self.aggr]
-        if reduce in ("max", "min"):
-            if edge_weight is not None:
-                raise NotImplementedError(f"gnnio.nn.GraphConv(aggr={self.aggr!r}) does not support "
-                                          "edge weights yet (edge_weight, or a sparse adjacency "
-                                          "whose values are not all 1 or need a gradient)")
-            out = per_node(lambda t: segment_reduce(graph, t, reduce), x_src)
+        if reduce in ("max", "min"):  # PyG's message edge_weight * x_j, then the max / min
+            out = per_node(lambda t: segment_reduce(graph, t, reduce, edge_weight=edge_weight), x_src)
         else:
             out = per_node(lambda t: spmm(graph, t, edge_weight, reduce), x_src)
         out = self.lin_rel(out)

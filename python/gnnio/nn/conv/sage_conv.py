@@ -37,7 +37,7 @@ class SAGEConv(torch.nn.Module):
     Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_index ``[2, E]`` or a
     sparse ``adj_t [N_dst, N_src]`` (``torch.sparse`` COO, CSR or CSC), whose values weight the
     messages as PyG's spmm does (mean: :math:`\sum_j w_{ji} x_j / \deg_i`, sum without the
-    division; max / min only with values all 1); size optional; output
+    division, max / min of :math:`w_{ji} x_j`); size optional; output
     ``[N_dst, out_channels]``.
     """
 
@@ -82,14 +82,10 @@ class SAGEConv(torch.nn.Module):
         num_src, num_dst = _sizes(x_src, x_dst, size, edge_index)
         graph, weight = self._graphs.get_weighted("SAGEConv", edge_index, None, num_src, num_dst)
         reduce = _AGGR[self.aggr]
-        if weight is None:
-            out = per_node(lambda t: segment_reduce(graph, t, reduce), x_src)
-        elif reduce in ("sum", "mean"):  # PyG's spmm of a sparse adjacency: sum_j w_ji x_j [/ deg_i]
+        if weight is None or reduce in ("max", "min"):  # PyG's spmm: reduce_j w_ji x_j
+            out = per_node(lambda t: segment_reduce(graph, t, reduce, edge_weight=weight), x_src)
+        else:  # sum_j w_ji x_j [/ deg_i]
             out = per_node(lambda t: spmm(graph, t, weight, reduce), x_src)
-        else:
-            raise NotImplementedError(f"gnnio.nn.SAGEConv(aggr={self.aggr!r}) does not support a "
-                                      "weighted max/min yet (a sparse adjacency whose values are "
-                                      "not all 1, or need a gradient)")
         out = self.lin_l(out)
         if self.root_weight and x_dst is not None:
             out = out + self.lin_r(x_dst)
