@@ -17,7 +17,7 @@ if [ "${SAN_S:-0}" -gt 0 ]; then
 fi
 if [ "${RED_S:-0}" -gt 0 ]; then
   timeout $RED_S python3 -m gnnio.bench --warmup 3 --repeat 10 --no-plot --dtype float32 --graphs standard,real \
-    --layers "segment_reduce(max),SAGEConv(max),SAGEConv(min),GraphConv(max)" \
+    --layers "segment_reduce(max),SAGEConv(max),SAGEConv(min),GraphConv(max),GraphConv(max)+weight" \
     --out "$OUT/nvidia-h200-reduce-float32.json" > "$OUT/bench-reduce.log" 2>&1 || echo "reduce: stopped (rc $?)"
   echo "reduce: $(( $(date +%s) - T0 )) s"
 fi

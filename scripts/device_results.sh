@@ -28,7 +28,7 @@ for dtype in float32 bfloat16; do
 done
 for dtype in float32 bfloat16; do
   bench nvidia-h200-reduce-$dtype ${RED_S:-0} --dtype $dtype --graphs standard,real \
-    --layers "segment_reduce(max),SAGEConv(max),SAGEConv(min),GraphConv(max)"
+    --layers "segment_reduce(max),SAGEConv(max),SAGEConv(min),GraphConv(max),GraphConv(max)+weight"
 done
 for dtype in ${ATT_DTYPES:-}; do
   bench nvidia-h200-attention-$dtype ${ATT_S:-0} --dtype $dtype --graphs "${ATT_GRAPHS:-standard,real}" \

@@ -55,7 +55,7 @@ for stage in $stages; do
     bench-reduce)
       for dtype in float32 bfloat16; do
         python3 -m gnnio.bench --graphs standard,real --dtype $dtype \
-          --layers "segment_reduce(max),SAGEConv(max),SAGEConv(min),GraphConv(max)" \
+          --layers "segment_reduce(max),SAGEConv(max),SAGEConv(min),GraphConv(max),GraphConv(max)+weight" \
           --out "$OUT/nvidia-h200-reduce-$dtype.json" 2>&1 | tee "$OUT/bench-reduce-$dtype.log" | tail -3
       done
       ;;

@@ -4,7 +4,10 @@
 # them (SANITIZE_S); then the graph_attention(wsb) rows (tiles against the fused CSR kernels,
 # same process and inputs) per dtype in DTYPES on GRAPHS, BENCH_S each. float32 runs the tiles
 # as tf32 (torch.backends.cuda.matmul allow_tf32 is not needed: the op is forced), so its rows
-# compare tf32 tiles against float32 CSR, as the spmm(wsb) rows do. Pass GNNIO_COMMIT=<sent commit>.
+# compare tf32 tiles against float32 CSR, as the spmm(wsb) rows do. EXTRA_TESTS: more test files
+# run whole after the WSB tests (EXTRA_S; e.g. tests/python/test_reduce_weighted.py, whose CUDA
+# cases have never run); EXTRA_SANITIZE: pytest arguments also run under memcheck (SANITIZE_S).
+# Pass GNNIO_COMMIT=<sent commit>.
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
@@ -16,12 +19,21 @@ if [ "${TEST_S:-200}" -gt 0 ]; then
     tests/python/test_wsb_attention.py -q -p no:cacheprovider > "$OUT/pytest-wsb-attention.log" 2>&1
   echo "tests: $(( $(date +%s) - T0 )) s"
 fi
+if [ -n "${EXTRA_TESTS:-}" ]; then
+  timeout "${EXTRA_S:-120}" python3 -m pytest ${EXTRA_TESTS} -q -p no:cacheprovider > "$OUT/pytest-extra.log" 2>&1
+  echo "extra tests: $(( $(date +%s) - T0 )) s"
+fi
 if [ "${SANITIZE_S:-90}" -gt 0 ]; then
   timeout "${SANITIZE_S:-90}" compute-sanitizer --tool memcheck --error-exitcode 3 \
     python3 -m pytest tests/python/test_wsb_attention_cuda.py -q -p no:cacheprovider \
     -k "empty or n37 or bipartite or heads_and_channels and (5-7 or 2-100)" \
     > "$OUT/sanitizer-wsb-attention.log" 2>&1
   echo "sanitizer rc $?: $(( $(date +%s) - T0 )) s"
+fi
+if [ -n "${EXTRA_SANITIZE:-}" ] && [ "${SANITIZE_S:-90}" -gt 0 ]; then
+  eval "timeout ${SANITIZE_S:-90} compute-sanitizer --tool memcheck --error-exitcode 3 \
+    python3 -m pytest ${EXTRA_SANITIZE} -q -p no:cacheprovider" > "$OUT/sanitizer-extra.log" 2>&1
+  echo "extra sanitizer rc $?: $(( $(date +%s) - T0 )) s"
 fi
 for dtype in ${DTYPES-float32 bfloat16}; do
   timeout "${BENCH_S:-150}" python3 -m gnnio.bench --warmup 3 --repeat 10 --no-plot --compare none \
@@ -30,7 +42,7 @@ for dtype in ${DTYPES-float32 bfloat16}; do
     > "$OUT/bench-wsb-attention-$dtype.log" 2>&1 || echo "$dtype: stopped (rc $?)"
   echo "bench $dtype: $(( $(date +%s) - T0 )) s"
 done
-for log in pytest-wsb-attention sanitizer-wsb-attention; do
+for log in pytest-wsb-attention pytest-extra sanitizer-wsb-attention sanitizer-extra; do
   [ -f "$OUT/$log.log" ] || continue
   echo "=== $log"; grep -E "^(FAILED|ERROR)|ERROR SUMMARY" "$OUT/$log.log" | cut -c1-200 | head -20
   tail -1 "$OUT/$log.log" | cut -c1-200

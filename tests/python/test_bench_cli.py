@@ -291,3 +291,18 @@ def test_progress_bar_on_a_terminal():
     text = stream.getvalue()
     assert "cora: spmm:" in text and "/2 [" in text  # the bar (tqdm redraws at most every 0.1 s)
     assert "  spmm: done\n" in text and "[1/2]" not in text
+
+
+def test_weighted_bench_case_gives_both_sides_the_same_weights():
+    from gnnio.bench.cases import LAYERS as CASES
+
+    case = CASES["GraphConv(max)+weight"]
+    ours, ref = case.make_gnnio(8), case.make_pyg(8)
+    ours.load_state_dict(ref.state_dict())
+    ei = torch.randint(0, 50, (2, 400))
+    x = torch.randn(50, 8)
+    out, ref_out = ours(x, ei), ref(x, ei)
+    assert torch.equal(ours._weight, ref._weight)
+    assert ours._weight.min() >= 0.5 and ours._weight.max() < 1.5
+    # The same selection of the same products feeds the same float32 linear maps.
+    assert torch.equal(out, ref_out)

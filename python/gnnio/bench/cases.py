@@ -20,6 +20,26 @@ def _pyg():
     return pyg_nn
 
 
+class WithEdgeWeight(torch.nn.Module):
+    """``layer(x, edge_index, w)`` with w drawn once per edge count from a fixed seed, uniform in
+    [0.5, 1.5): both sides of a row see the same weights (the same draw on the same device).
+    The weights take no gradient; the layer's parameters keep their keys under ``layer.``."""
+
+    def __init__(self, layer: torch.nn.Module):
+        super().__init__()
+        self.layer = layer
+        self._weight: Optional[torch.Tensor] = None
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        num_edges = edge_index.size(-1)
+        w = self._weight
+        if w is None or w.numel() != num_edges or w.device != x.device or w.dtype != x.dtype:
+            generator = torch.Generator(device=x.device).manual_seed(0)
+            w = torch.rand(num_edges, generator=generator, device=x.device) + 0.5
+            self._weight = w = w.to(x.dtype)
+        return self.layer(x, edge_index, w)
+
+
 LAYERS: Dict[str, LayerCase] = {
     "GCNConv": LayerCase(lambda f: gnnio.nn.GCNConv(f, f, cached=True, add_self_loops=False),
                          lambda f: _pyg().GCNConv(f, f, cached=True, add_self_loops=False)),
@@ -35,6 +55,9 @@ LAYERS: Dict[str, LayerCase] = {
                                lambda f: _pyg().SAGEConv(f, f, aggr="min")),
     "GraphConv(max)": LayerCase(lambda f: gnnio.nn.GraphConv(f, f, aggr="max"),
                                 lambda f: _pyg().GraphConv(f, f, aggr="max")),
+    # The max over the messages w_ji x_j (edge_weight): PyG multiplies E x F messages first.
+    "GraphConv(max)+weight": LayerCase(lambda f: WithEdgeWeight(gnnio.nn.GraphConv(f, f, aggr="max")),
+                                  lambda f: WithEdgeWeight(_pyg().GraphConv(f, f, aggr="max"))),
     # DESIGN.md's attention shape: 128 -> 4 heads x 32, PyG's default self loops on both sides.
     "GATConv": LayerCase(lambda f: gnnio.nn.GATConv(f, f // 4, heads=4),
                          lambda f: _pyg().GATConv(f, f // 4, heads=4)),
