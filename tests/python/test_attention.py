@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import gnnio
 from conftest import assert_no_worse_than_reference
 from graphs import adversarial, hub, random_graph, real
+from layer_pairs import clear_of_kink, leaky_relu_inputs
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 pyg_utils = pytest.importorskip("torch_geometric.utils")
@@ -121,36 +122,12 @@ def layer_call(x, ei, ea, **kwargs):
     return call
 
 
-# LeakyReLU's derivative jumps at 0 (1 to negative_slope): a score within float32's rounding of 0
-# may land on either side in a float32 computation, and both are right, but the gradient then
-# differs from float64's by the jump times that edge's weight, in one implementation and not in
-# the other (a CI run at c2f25a9 failed GATConv-edge_mean_residual on as20000102, not
-# reproducibly: bench/NOTES.md). A score is too close when it is within KINK of 0 (the float32
-# rounding of a sum of a few O(1)-O(5) terms is below ~5e-7) or within 4 times PyG's own float32
-# rounding of it (cancelling large terms); such draws are drawn again.
-KINK = 1e-6
-
-
 def kink_clear(pyg, call) -> bool:
-    """Whether no LeakyReLU input of PyG's float64 forward of ``call`` is too close to 0."""
-    seen, real_leaky = [], F.leaky_relu
-
-    def spy(t, *args, **kwargs):
-        seen.append(t.detach().double())
-        return real_leaky(t, *args, **kwargs)
-    F.leaky_relu = spy  # PyG's conv modules call it as F.leaky_relu (torch.nn.functional)
-    try:
-        with torch.no_grad():
-            call(pyg, torch.float32)
-            call(copy.deepcopy(pyg).double(), torch.float64)
-    finally:
-        F.leaky_relu = real_leaky
-    half = len(seen) // 2
-    for z32, z64 in zip(seen[:half], seen[half:]):
-        near = torch.maximum(torch.full_like(z64, KINK), 4 * (z32 - z64).abs())
-        if bool((z64.abs() < near).any()):
-            return False
-    return True
+    """Whether no LeakyReLU input of PyG's float64 forward of ``call`` is too close to 0
+    (layer_pairs.KINK: such a draw is drawn again)."""
+    z32 = leaky_relu_inputs(lambda: call(pyg, torch.float32))
+    z64 = leaky_relu_inputs(lambda: call(copy.deepcopy(pyg).double(), torch.float64))
+    return clear_of_kink(z32, z64)
 
 
 @pytest.mark.parametrize("layer,opt", LAYER_CASES, ids=[f"{a}-{b}" for a, b in LAYER_CASES])
