@@ -109,6 +109,8 @@ inline WsbAttentionBackwardParams wsb_attention_backward_params(
   const WsbAttentionParams& p = b.fwd;
   // The transpose's block rows are the sources: value's rows.
   check_wsb(block_rowptr_t, block_col_t, p.num_src, "wsb_gat_attention (transpose)");
+  TORCH_CHECK_VALUE(block_rowptr_t.scalar_type() == block_rowptr.scalar_type(),
+                    "wsb_gat_attention_backward: the transposed tiles must have the forward's index dtype");
   check_count(count_t, block_col_t, "count_t");
   TORCH_CHECK_VALUE(needs.size() == 3, "wsb_gat_attention_backward: needs has 3 flags");
   check_same_device(block_rowptr_t, "block_rowptr_t", value, "value");

@@ -116,6 +116,37 @@ def test_cuda_opcheck():
                            g.wsb_counts(True), s, d, v, out, stats, torch.randn_like(out), 0.2, [1, 1, 1]))
 
 
+def _op_with_stats(g, v, s):
+    w = g.wsb()
+    return torch.ops.gnnio.wsb_gat_attention(w.block_rowptr, w.block_col, g.wsb_counts(), s, None, v,
+                                             g.num_src, g.num_dst, 0.2, False)
+
+
+def test_cuda_minus_inf_rows_in_either_half_of_a_tile_match_the_cpu():
+    # A lane pair shares a tile row: one lane holds columns 0..7, the other 8..15. Row 1's edges
+    # all come from columns 8..15 with -inf scores (only the odd lane sees them), row 3's from
+    # columns 0..7; row 2 has a finite edge, row 4 none. out and stats (NaN sums for rows 1
+    # and 3, as on the CPU and in PyG) and the backward's NaN / 0 pattern are the CPU's.
+    ei = torch.tensor([[9, 12, 2, 0, 5], [1, 1, 2, 3, 3]])
+    v = torch.randn(16, 1, 3)
+    s = torch.zeros(16, 1)
+    s[[9, 12, 0, 5]] = -float("inf")
+    runs = []
+    for dev in ("cpu", "cuda"):
+        g = gnnio.Graph(ei.to(dev), num_nodes=16)
+        out, stats, _ = _op_with_stats(g, v.to(dev), s.to(dev))
+        vg, sg = v.to(dev).requires_grad_(), s.to(dev).requires_grad_()
+        grads = torch.autograd.grad(wsb_op(g)(vg, sg, None).sum(), (vg, sg))
+        runs.append([t.cpu() for t in (out, stats, *grads)])
+    (out_c, stats_c, *grads_c), (out_g, stats_g, *grads_g) = runs
+    assert torch.isnan(stats_c[[1, 3], 0, 1]).all() and torch.isnan(stats_g[[1, 3], 0, 1]).all()
+    assert torch.equal(stats_g[:, :, 0], stats_c[:, :, 0])
+    assert torch.equal(stats_g.isnan(), stats_c.isnan())
+    assert torch.isnan(out_g[[1, 3]]).all() and not out_g[[0, 4]].any()
+    for a, b in zip(grads_g, grads_c):
+        assert torch.equal(a.isnan(), b.isnan())
+
+
 def test_cuda_rows_whose_scores_are_all_minus_inf_are_nan_as_in_pyg():
     ei = torch.tensor([[0, 1, 2], [1, 1, 2]], device="cuda")
     g = gnnio.Graph(ei, num_nodes=4)

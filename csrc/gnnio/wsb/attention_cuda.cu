@@ -229,7 +229,9 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
       if (cnt[q] > 0.f) s += cnt[q] * expf(e[q] - m);
   }
   const float m_other = __shfl_xor_sync(kFullMask, m, 1), s_other = __shfl_xor_sync(kFullMask, s, 1);
-  const bool row_seen = seen || __shfl_xor_sync(kFullMask, int(seen), 1);
+  // Every lane shuffles (a full-mask shuffle inside `seen || ...` would run in some lanes only).
+  const int seen_other = __shfl_xor_sync(kFullMask, int(seen), 1);
+  const bool row_seen = seen || seen_other != 0;
   float M = fmaxf(m, m_other), S = 0.f;
   if (M == -INFINITY) {
     // No edge: PyG's empty softmax. Edges whose scores are all -inf: PyG's (and the CPU's)
