@@ -135,7 +135,7 @@ def test_cuda_minus_inf_rows_in_either_half_of_a_tile_match_the_cpu():
     for dev in ("cpu", "cuda"):
         g = gnnio.Graph(ei.to(dev), num_nodes=16)
         out, stats, _ = _op_with_stats(g, v.to(dev), s.to(dev))
-        vg, sg = v.to(dev).requires_grad_(), s.to(dev).requires_grad_()
+        vg, sg = v.to(dev).clone().requires_grad_(), s.to(dev).clone().requires_grad_()
         grads = torch.autograd.grad(wsb_op(g)(vg, sg, None).sum(), (vg, sg))
         runs.append([t.cpu() for t in (out, stats, *grads)])
     (out_c, stats_c, *grads_c), (out_g, stats_g, *grads_g) = runs
