@@ -110,7 +110,9 @@ class SegmentReduceFunction : public torch::autograd::Function<SegmentReduceFunc
           saved[kRowptrT], saved[kColT], saved[kT2c], saved[kArg], g,
           ctx->saved_data["num_cols"].toInt(), optional(saved[kHeavySrc]),
           optional(saved[kHeavySrcItems]), ctx->saved_data["light_max_out_degree"].toInt(),
-          optional(saved[kWeight]));
+          // The weights in transposed slot order: one gather here, read in order by the kernel.
+          saved[kWeight].defined() ? OptTensor(saved[kWeight].index_select(0, saved[kT2c]))
+                                   : c10::nullopt);
     if (weight_grad) grads_in[kWeightInput] = call_weight_backward(saved[kCol], saved[kX], saved[kArg], g);
     return grads_in;
   }

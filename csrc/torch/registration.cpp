@@ -109,8 +109,10 @@ TORCH_LIBRARY(gnnio, m) {
   m.def("segment_reduce_backward(Tensor rowptr_t, Tensor col_t, Tensor t2c, Tensor arg, "
         "Tensor grad_out, int num_src, Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
         "int light_max_out_degree=4611686018427387904, Tensor? weight=None) -> Tensor");
+  // segment_reduce_backward's weight: the forward's in transposed slot order (weight[t2c]).
   // The weights' gradient of a weighted segment_reduce: [nnz] in x's dtype, each slot's sum of
-  // grad_out * x over the features it won (0 where it won none).
+  // grad_out * x over the features it won (0 where it won none). arg must be the forward's
+  // (its slots are not checked again).
   m.def("segment_reduce_weight_backward(Tensor col, Tensor x, Tensor arg, Tensor grad_out) -> Tensor");
   // Fused graph attention over csr_by_dst (online softmax; gnnio/attention/params.h): kind
   // 0 = GAT, 1 = GATv2, 2 = dot product (Transformer). out [num_dst, H, C], stats [num_dst, H, 2]

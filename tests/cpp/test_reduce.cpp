@@ -140,7 +140,9 @@ TEST(SegmentReduceCpu, WeightedMessagesAndBothGradients) {
   b.col_t = by_src.col.data();
   b.t2c = t2c.data();
   b.arg = arg.data();
-  b.weight = w.data();
+  std::vector<double> w_t(3);  // transposed slot order
+  for (int64_t k = 0; k < 3; ++k) w_t[k] = w[t2c[k]];
+  b.weight = w_t.data();
   b.grad_out = grad_out.data();
   b.grad_x = grad_x.data();
   b.scalar_type = gnnio::ScalarType::kFloat64;

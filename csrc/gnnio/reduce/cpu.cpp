@@ -86,7 +86,7 @@ void backward(const SegmentReduceBackwardParams& p) {
       if (weight == nullptr) {
         for (int64_t f = 0; f < width; ++f) out[f] += a[f] == slot ? gr[f] : scalar_t(0);
       } else {
-        const scalar_t w = weight[slot];
+        const scalar_t w = weight[k];
         for (int64_t f = 0; f < width; ++f) out[f] += a[f] == slot ? w * gr[f] : scalar_t(0);
       }
     }

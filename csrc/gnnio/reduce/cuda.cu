@@ -41,24 +41,25 @@ __device__ inline uint32_t unpack_slot(unsigned long long key, ReduceOp op) {
   return op == ReduceOp::kMax ? 0xFFFFFFFFu - lo : lo;
 }
 
-// One slot's candidate for the reduction: x itself, or PyG's message w * x rounded once to the
-// element type (for two float16 / bfloat16 factors the float product is exact, so rounding it
-// once gives the correctly rounded product, as torch's). Unweighted, w is 1 and unused.
+// A weighted slot's candidate: PyG's message w * x rounded once to the element type. torch
+// rounds its 16-bit product through float the same way (the float product of two float16 /
+// bfloat16 values is exact unless it falls below float's normal range, where both round alike).
 template <typename scalar_t>
-struct SlotWeight {
-  using acc_t = acc_type_t<scalar_t>;
-  acc_t w;
-  bool weighted;
-  __device__ SlotWeight(const scalar_t* weight, int64_t k)
-      : w(weight != nullptr ? to_acc(weight[k]) : acc_t(1)), weighted(weight != nullptr) {}
-  __device__ acc_t operator()(scalar_t x) const {
-    return weighted ? to_acc(from_acc<scalar_t>(mul_pinned(w, to_acc(x)))) : to_acc(x);
-  }
-};
+__device__ inline acc_type_t<scalar_t> message(acc_type_t<scalar_t> w, scalar_t x) {
+  return to_acc(from_acc<scalar_t>(mul_pinned(w, to_acc(x))));
+}
+
+// The candidate of slot k: x itself, or the weighted message (the heavy tiles, where a runtime
+// test per slot costs nothing against their atomics).
+template <typename scalar_t>
+__device__ inline acc_type_t<scalar_t> candidate(const scalar_t* weight, int64_t k, scalar_t x) {
+  return weight != nullptr ? message(to_acc(weight[k]), x) : to_acc(x);
+}
 
 // Light rows: one warp per row, each lane V consecutive features (one 16-byte load per slot
 // where the layout allows), the row's slots walked in order, two slots in flight at a time.
-template <typename scalar_t, typename index_t, int V>
+// kWeighted: the weighted messages (a separate build, so the unweighted kernel is unchanged).
+template <typename scalar_t, typename index_t, int V, bool kWeighted>
 __global__ void light_kernel(SegmentReduceParams p) {
   using acc_t = acc_type_t<scalar_t>;
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
@@ -83,25 +84,28 @@ __global__ void light_kernel(SegmentReduceParams p) {
       int64_t best_k[V];
       {
         const auto v = load_vec<V>(x + int64_t(col[begin]) * p.x_row_stride + f);
-        const SlotWeight<scalar_t> w(weight, begin);
-        for (int i = 0; i < V; ++i) best[i] = w(v.v[i]), best_k[i] = begin;
+        const acc_t w = kWeighted ? to_acc(weight[begin]) : acc_t(1);
+        for (int i = 0; i < V; ++i) best[i] = kWeighted ? message(w, v.v[i]) : to_acc(v.v[i]), best_k[i] = begin;
       }
-      auto update = [&](const Vec<scalar_t, V>& v, const SlotWeight<scalar_t>& w, int64_t k) {
+      auto update = [&](const Vec<scalar_t, V>& v, acc_t w, int64_t k) {
         for (int i = 0; i < V; ++i) {
-          const acc_t a = w(v.v[i]);
+          const acc_t a = kWeighted ? message(w, v.v[i]) : to_acc(v.v[i]);
           if (better<acc_t>(a, best[i], p.op)) best[i] = a, best_k[i] = k;
         }
       };
       int64_t k = begin + 1;
       for (; k + 1 < end; k += 2) {
+        // The weights first: independent of col, their loads overlap the gather's.
+        const acc_t w0 = kWeighted ? to_acc(weight[k]) : acc_t(1);
+        const acc_t w1 = kWeighted ? to_acc(weight[k + 1]) : acc_t(1);
         const auto v0 = load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f);
         const auto v1 = load_vec<V>(x + int64_t(col[k + 1]) * p.x_row_stride + f);
-        const SlotWeight<scalar_t> w0(weight, k), w1(weight, k + 1);
         update(v0, w0, k);
         update(v1, w1, k + 1);
       }
       if (k < end)
-        update(load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f), SlotWeight<scalar_t>(weight, k), k);
+        update(load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f),
+               kWeighted ? to_acc(weight[k]) : acc_t(1), k);
       // acc_t holds every scalar_t exactly, so the stored maximum is the input value (or the
       // rounded product) itself.
       for (int i = 0; i < V; ++i)
@@ -130,7 +134,7 @@ __global__ void heavy_tile_kernel(SegmentReduceParams p, unsigned long long* key
   int64_t k_best = -1;
   if (f < p.width) {
     for (int64_t k = begin + warp; k < end; k += kWarps) {
-      const acc_t v = SlotWeight<scalar_t>(weight, k)(x[int64_t(col[k]) * p.x_row_stride + f]);
+      const acc_t v = candidate(weight, k, x[int64_t(col[k]) * p.x_row_stride + f]);
       if (k_best < 0 || better(v, v_best, p.op)) v_best = v, k_best = k;
     }
   }
@@ -168,7 +172,7 @@ __global__ void heavy_finalize_kernel(SegmentReduceParams p, const unsigned long
     const int64_t slot = unpack_slot(keys[i], p.op);
     // The winner's candidate again, the same rounding: exact, any dtype.
     out[r * p.width + f] =
-        from_acc<scalar_t>(SlotWeight<scalar_t>(weight, slot)(x[int64_t(col[slot]) * p.x_row_stride + f]));
+        from_acc<scalar_t>(candidate(weight, slot, x[int64_t(col[slot]) * p.x_row_stride + f]));
     arg[r * p.width + f] = static_cast<index_t>(slot);
   }
 }
@@ -180,8 +184,9 @@ __global__ void fill_keys_kernel(unsigned long long* keys, int64_t n, unsigned l
 }
 
 // Backward: one warp per source row of the transpose, each lane V features; the arg row of
-// each destination is read as vectors, the gradient only where this slot won.
-template <typename scalar_t, typename index_t, int V>
+// each destination is read as vectors, the gradient only where this slot won (times the
+// transposed slot's weight: read in order, beside col_t and t2c).
+template <typename scalar_t, typename index_t, int V, bool kWeighted>
 __global__ void backward_kernel(SegmentReduceBackwardParams p) {
   using acc_t = acc_type_t<scalar_t>;
   const auto* rowptr_t = static_cast<const index_t*>(p.rowptr_t);
@@ -200,10 +205,11 @@ __global__ void backward_kernel(SegmentReduceBackwardParams p) {
       for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
         const int64_t r = col_t[k];
         const index_t slot = t2c[k];
-        const acc_t w = weight != nullptr ? to_acc(weight[slot]) : acc_t(1);  // times 1: exact
+        const acc_t w = kWeighted ? to_acc(weight[k]) : acc_t(1);
         const auto won = load_vec<V>(arg + r * p.width + f);
         for (int i = 0; i < V; ++i)
-          if (won.v[i] == slot) acc[i] += mul_pinned(w, to_acc(g[r * p.width + f + i]));
+          if (won.v[i] == slot)
+            acc[i] += kWeighted ? mul_pinned(w, to_acc(g[r * p.width + f + i])) : to_acc(g[r * p.width + f + i]);
       }
       for (int i = 0; i < V; ++i) gx[j * p.width + f + i] = from_acc<scalar_t>(acc[i]);
     }
@@ -230,10 +236,9 @@ __global__ void backward_heavy_tile_kernel(SegmentReduceBackwardParams p, acc_ty
     for (int64_t k = begin + warp; k < end; k += kWarps) {
       const int64_t r = col_t[k];
       const index_t slot = t2c[k];
-      if (arg[r * p.width + f] == slot) {
-        const acc_t w = weight != nullptr ? to_acc(weight[slot]) : acc_t(1);
-        acc += mul_pinned(w, to_acc(g[r * p.width + f]));
-      }
+      if (arg[r * p.width + f] == slot)
+        acc += weight != nullptr ? mul_pinned(to_acc(weight[k]), to_acc(g[r * p.width + f]))
+                                 : to_acc(g[r * p.width + f]);
     }
   }
   sums[warp][lane] = acc;
@@ -308,11 +313,16 @@ void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* st
   dispatch_cuda(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
     using scalar_t = decltype(scalar);
     using index_t = decltype(index);
-    const int vec = vector_width<scalar_t>(p.width, {p.x_row_stride}, {p.x, p.out});
-    if (vec > 1)
-      light_kernel<scalar_t, index_t, 16 / sizeof(scalar_t)><<<blocks_for(p.num_rows * 32), kThreads, 0, s>>>(p);
-    else
-      light_kernel<scalar_t, index_t, 1><<<blocks_for(p.num_rows * 32), kThreads, 0, s>>>(p);
+    constexpr int kVec = 16 / sizeof(scalar_t);
+    const bool vec = vector_width<scalar_t>(p.width, {p.x_row_stride}, {p.x, p.out}) > 1;
+    const int blocks = blocks_for(p.num_rows * 32);
+    if (p.weight != nullptr) {
+      if (vec) light_kernel<scalar_t, index_t, kVec, true><<<blocks, kThreads, 0, s>>>(p);
+      else light_kernel<scalar_t, index_t, 1, true><<<blocks, kThreads, 0, s>>>(p);
+    } else {
+      if (vec) light_kernel<scalar_t, index_t, kVec, false><<<blocks, kThreads, 0, s>>>(p);
+      else light_kernel<scalar_t, index_t, 1, false><<<blocks, kThreads, 0, s>>>(p);
+    }
     GNNIO_CUDA_CHECK(cudaGetLastError());
     if (p.split.num_heavy == 0) return;
     auto* keys = static_cast<unsigned long long*>(workspace);
@@ -340,10 +350,14 @@ void segment_reduce_backward_cuda(const SegmentReduceBackwardParams& p, void* wo
     constexpr int kVec = 16 / sizeof(scalar_t);
     const bool arg_aligned = reinterpret_cast<uintptr_t>(p.arg) % (kVec * sizeof(index_t)) == 0;
     const int vec = vector_width<scalar_t>(p.width, {}, {p.grad_out, p.grad_x});
-    if (vec > 1 && arg_aligned)
-      backward_kernel<scalar_t, index_t, 16 / sizeof(scalar_t)><<<blocks_for(p.num_src * 32), kThreads, 0, s>>>(p);
-    else
-      backward_kernel<scalar_t, index_t, 1><<<blocks_for(p.num_src * 32), kThreads, 0, s>>>(p);
+    const int blocks = blocks_for(p.num_src * 32);
+    if (p.weight != nullptr) {
+      if (vec > 1 && arg_aligned) backward_kernel<scalar_t, index_t, kVec, true><<<blocks, kThreads, 0, s>>>(p);
+      else backward_kernel<scalar_t, index_t, 1, true><<<blocks, kThreads, 0, s>>>(p);
+    } else {
+      if (vec > 1 && arg_aligned) backward_kernel<scalar_t, index_t, kVec, false><<<blocks, kThreads, 0, s>>>(p);
+      else backward_kernel<scalar_t, index_t, 1, false><<<blocks, kThreads, 0, s>>>(p);
+    }
     GNNIO_CUDA_CHECK(cudaGetLastError());
     if (p.split.num_items == 0) return;
     auto* partial = static_cast<acc_type_t<scalar_t>*>(workspace);

@@ -44,8 +44,8 @@ struct SegmentReduceParams {
 };
 
 // grad_x[j, f] = sum over the slots k' of row j of the transposed CSR whose forward slot
-// t2c[k'] won (arg[col_t[k'], f] == t2c[k']) of grad_out[col_t[k'], f], times weight[t2c[k']]
-// when weighted. A gather over the transpose: each output element is summed by one thread in
+// t2c[k'] won (arg[col_t[k'], f] == t2c[k']) of grad_out[col_t[k'], f], times weight[k'] when
+// weighted (the weights in transposed slot order, so the walk reads them in order). A gather over the transpose: each output element is summed by one thread in
 // slot order (deterministic).
 struct SegmentReduceBackwardParams {
   const void* rowptr_t = nullptr;  // [num_src + 1]
@@ -53,7 +53,7 @@ struct SegmentReduceBackwardParams {
   const void* t2c = nullptr;       // [nnz] forward (csr_by_dst) slot of each transposed slot
   const void* arg = nullptr;       // [num_dst, width]
   IndexType index_type = IndexType::kInt64;
-  const void* weight = nullptr;    // [nnz] in forward slot order, or nullptr (unweighted)
+  const void* weight = nullptr;    // [nnz] in transposed slot order, or nullptr (unweighted)
 
   const void* grad_out = nullptr;  // [num_dst, width] contiguous
   void* grad_x = nullptr;          // [num_src, width] contiguous
