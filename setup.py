@@ -64,7 +64,10 @@ def _extension():
         "csrc/torch/wsb_attention_ops.cpp",
         "csrc/torch/column_sum_ops.cpp",
     ]
-    cxx = ["-O3", "-std=c++17", "-fopenmp"]
+    # No FMA contraction on the CPU either (GCC contracts by default where the target has FMA,
+    # e.g. aarch64 hosts): the CPU kernels round each product on its own, as the CUDA kernels'
+    # pinned arithmetic does, which the CPU-against-CUDA bit tests rely on.
+    cxx = ["-O3", "-std=c++17", "-fopenmp", "-ffp-contract=off"]
     include_dirs = [os.path.join(ROOT, "csrc")]
     if not _want_cuda():
         return CppExtension(

@@ -141,6 +141,26 @@ def test_hub_of_100k_neighbours(device):
     check(ei.flip(0), n, n, torch.randn(n, 16, device=device), weights(ei.size(1), device), "min")
 
 
+def test_rows_of_a_wider_tensor(device):
+    # x a column slice of a wider tensor (rows x_row_stride apart): the kernels read it in place
+    # and give the bits of its contiguous copy, both gradients included.
+    ei, n = random_graph(300, 4000)
+    g = gnnio.Graph(ei.to(device), num_nodes=n)
+    big = torch.randn(n, 37, device=device)
+    w = weights(4000, device)
+    gout = torch.randn(n, 32, device=device)
+    strided = big.clone().requires_grad_()[:, 2:34]
+    dense = big[:, 2:34].contiguous().requires_grad_()
+    assert strided.stride() == (37, 1)
+    runs = []
+    for rows in (strided, dense):
+        wg = w.clone().requires_grad_()
+        out, arg = gnnio.ops.segment_reduce(g, rows, "max", return_arg=True, edge_weight=wg)
+        runs.append((out, arg, *torch.autograd.grad(out, (rows, wg), gout)))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
 def test_unit_weights_are_the_unweighted_reduction(device):
     ei, n = real("cora")
     g = gnnio.Graph(ei.to(device), num_nodes=n)
@@ -295,6 +315,28 @@ def test_cuda_weighted_matches_reference(dtype):
     want, winner = reference(ei, n, n, x, w, "max")
     assert torch.equal(out.cpu(), want)
     assert torch.equal(edge_of_slot(g, arg), winner)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_16bit_gradients_against_float64(dtype):
+    # The 16-bit products w g and g x are exact in float32; CUDA adds them in float32 and rounds
+    # once to the dtype: (terms + 2) float32 eps of their magnitude plus half an ulp of the dtype.
+    ei, n = real("as20000102")
+    x = torch.randn(n, 40).to(dtype)
+    w = weights(ei.size(1), dtype=dtype)
+    gout = torch.randn(n, 40).to(dtype)
+    g = gnnio.Graph(ei.cuda(), num_nodes=n)
+    xc, wc = x.cuda().requires_grad_(), w.cuda().requires_grad_()
+    out = gnnio.ops.segment_reduce(g, xc, "max", edge_weight=wc)
+    grad_x, grad_w = (t.cpu().double() for t in torch.autograd.grad(out, (xc, wc), gout.cuda()))
+    _, winner = reference(ei, n, n, x, w, "max")
+    ref_x, mass_x, ref_w, mass_w = reference_grads(ei, x, w, winner, gout)
+    unit = 2.0 ** -(torch.finfo(dtype).nmant + 1)
+    out_degree = torch.bincount(ei[0], minlength=n).clamp(min=1)[:, None].double()
+    eps = EPS[torch.float32]
+    assert ((grad_x - ref_x).abs() <= (out_degree + 2) * eps * mass_x + unit * ref_x.abs()).all()
+    assert ((grad_w - ref_w).abs() <= 42 * eps * mass_w + unit * ref_w.abs()).all()
 
 
 @pytest.mark.cuda
