@@ -117,7 +117,7 @@ __global__ void light_kernel(SegmentReduceParams p) {
 // Heavy rows: block b reduces work item b (a chunk of one heavy row's slots) for a 32-feature
 // tile (blockIdx.y); its warps split the chunk, each lane keeps one feature's best, the block
 // merges warps in shared memory, then one 64-bit atomic per feature merges blocks exactly.
-template <typename scalar_t, typename index_t>
+template <typename scalar_t, typename index_t, bool kWeighted>
 __global__ void heavy_tile_kernel(SegmentReduceParams p, unsigned long long* keys) {
   using acc_t = acc_type_t<scalar_t>;
   __shared__ acc_t best_v[kWarps][32];
@@ -134,7 +134,10 @@ __global__ void heavy_tile_kernel(SegmentReduceParams p, unsigned long long* key
   int64_t k_best = -1;
   if (f < p.width) {
     for (int64_t k = begin + warp; k < end; k += kWarps) {
-      const acc_t v = candidate(weight, k, x[int64_t(col[k]) * p.x_row_stride + f]);
+      // The weight's load is issued before the gather's, not after it (one chain per slot).
+      const acc_t w = kWeighted ? to_acc(weight[k]) : acc_t(1);
+      const scalar_t xv = x[int64_t(col[k]) * p.x_row_stride + f];
+      const acc_t v = kWeighted ? message(w, xv) : to_acc(xv);
       if (k_best < 0 || better(v, v_best, p.op)) v_best = v, k_best = k;
     }
   }
@@ -330,7 +333,8 @@ void segment_reduce_cuda(const SegmentReduceParams& p, void* workspace, void* st
     fill_keys_kernel<<<blocks_for(n), kThreads, 0, s>>>(
         keys, n, p.op == ReduceOp::kMax ? 0ull : ~0ull);
     const dim3 grid(static_cast<unsigned>(p.split.num_items), static_cast<unsigned>((p.width + 31) / 32));
-    heavy_tile_kernel<scalar_t, index_t><<<grid, kThreads, 0, s>>>(p, keys);
+    if (p.weight != nullptr) heavy_tile_kernel<scalar_t, index_t, true><<<grid, kThreads, 0, s>>>(p, keys);
+    else heavy_tile_kernel<scalar_t, index_t, false><<<grid, kThreads, 0, s>>>(p, keys);
     heavy_finalize_kernel<scalar_t, index_t><<<blocks_for(n), kThreads, 0, s>>>(p, keys);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   });
