@@ -234,8 +234,10 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     16 x 16 WSB tiles (:func:`gnnio.wsb_attention.wsb_gat_attention`: tensor cores on CUDA,
     float32 as tf32), without edge terms, dropout or returned weights and with at most 128
     channels a head; the argument raises for a call it cannot run, the variable leaves such a
-    call on the CSR kernels. ``'csr'`` / ``'auto'`` / None: the CSR kernels
-    (:func:`gnnio.plan.attention_backend` says why auto does not pick WSB yet).
+    call on the CSR kernels. ``'csr'``: the CSR kernels. ``'auto'`` / None: on CUDA the tiles
+    for kind ``'gat'`` where the graph's edges per tile reach the measured break-even
+    (:func:`gnnio.plan.attention_backend`; float32 only where tf32 matmuls are allowed), else
+    the CSR kernels.
 
     ``backward_in_place=True`` (kind ``'dot'`` on CUDA; ignored elsewhere) lets the backward pass
     write the gradients of ``value`` and ``key`` into their own memory: for a caller that owns
@@ -317,7 +319,10 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
             raise TypeError(f"bias must have value's dtype and device ({value.dtype}, "
                             f"{value.device}), got {bias.dtype}, {bias.device}")
         bias = bias.reshape(-1).contiguous()
-    if attention_backend(backend)[0] == "wsb":
+    tiles_training = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (value, src_score, dst_score, att))
+    if attention_backend(backend, graph=graph if kind == "gat" else None,
+                         dtype=value.dtype, training=tiles_training)[0] == "wsb":
         blockers = wsb_attention_blockers(kind, value, edge_score=edge_score, edge_value=edge_value,
                                           dropout=dropout, return_weights=return_weights)
         if blockers and backend == "wsb":

@@ -235,16 +235,80 @@ def plan_attention(graph, width: int, backward: bool = False,
     return hit if hit is not None else _memo(graph, key, lambda: _plan_attention_split(graph, backward))
 
 
-def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] = None):
-    """(backend, reason) of graph_attention: 'csr' (the fused CSR kernels, split by
-    plan_attention) or 'wsb' (GAT on 16 x 16 tiles, gnnio/wsb_attention.py). The argument wins;
-    otherwise GNNIO_ATTENTION_BACKEND=csr|wsb|auto. 'auto' is 'csr': the WSB attention kernels
-    have not yet been timed on a GPU, so there is no measured rule to pick them by (NOTES,
-    "WSB attention")."""
+# GAT attention on WSB tiles against the fused CSR kernels. The tile kernels cost about the same
+# per tile whatever it holds, the CSR kernels per edge, so the choice is a threshold on the edges
+# per tile. Measured on the H200 (commit 4cd5c09, 4 heads x 32; bench/NOTES.md "WSB attention"):
+# blockdiag-1M-16M (256 edges a tile) tiles 1.98x / 1.36x the CSR kernels (float32 as tf32,
+# forward / forward+backward), 2.36x / 1.76x in bfloat16; grid-1000x1000 (9.2) 0.20x / 0.15x and
+# 0.22x / 0.21x; uniform and powerlaw-1M-16M (1.0-1.6) 0.01-0.03x. The thresholds are the break-even
+# of blockdiag's per-tile and per-edge times (its full tiles are the dearest per tile; grid's give
+# 42-60), so a graph is sent to the tiles only where the measured locally dense case says they
+# win. float16 is taken as bfloat16 (not measured). Width is not in the rule (both kernels' work
+# grows with heads x channels; not measured at other widths).
+WSB_ATTENTION_MIN_EDGES_PER_TILE = {torch.float32: 130.0, torch.bfloat16: 110.0, torch.float16: 110.0}
+WSB_ATTENTION_MIN_EDGES_PER_TILE_TRAINING = {torch.float32: 190.0, torch.bfloat16: 150.0,
+                                             torch.float16: 150.0}
+# Every measurement was on graphs of 10^6 rows; smaller ones (launch-bound, not measured) stay on
+# the CSR kernels.
+WSB_ATTENTION_MIN_ROWS = 1 << 16
+
+
+def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] = None,
+                      graph=None, dtype: Optional[torch.dtype] = None, training: bool = False,
+                      device_type: Optional[str] = None):
+    """(backend, reason) of a GAT graph_attention call: 'csr' (the fused CSR kernels, split by
+    plan_attention) or 'wsb' (16 x 16 tiles, gnnio/wsb_attention.py). The argument wins;
+    otherwise GNNIO_ATTENTION_BACKEND=csr|wsb|auto. Auto: on CUDA, WSB where the graph's
+    ``edges_per_tile`` reaches WSB_ATTENTION_MIN_EDGES_PER_TILE[dtype] (``_TRAINING`` when a
+    backward follows), float32 only where torch allows tf32 matmuls (PyG parity otherwise);
+    'csr' without a graph (other kinds), on the CPU and for float64. ``device_type``: the device
+    the choice is for (default: the graph's; Graph.plan asks for 'cuda')."""
     forced = _forced_backend(backend, "GNNIO_ATTENTION_BACKEND", compiling)
     if forced is not None:
         return forced
-    return "csr", "csr: WSB attention is not yet measured on a GPU, so auto keeps the CSR kernels"
+    if graph is None or dtype is None:
+        return "csr", "csr: WSB attention takes kind 'gat'"
+    if (device_type or graph.device.type) != "cuda":
+        return "csr", "csr: on the CPU the tile kernels are a reference, not a faster path"
+    table = WSB_ATTENTION_MIN_EDGES_PER_TILE_TRAINING if training else WSB_ATTENTION_MIN_EDGES_PER_TILE
+    threshold = table.get(dtype)
+    if threshold is None:
+        return "csr", f"csr: {_DTYPE_NAMES.get(dtype, dtype)} does not run on tensor-core tiles"
+    if graph.num_edges == 0:
+        return "csr", "csr: no edges"
+    if graph.num_dst < WSB_ATTENTION_MIN_ROWS:
+        return "csr", (f"csr: {graph.num_dst} destination rows (the tiles were measured against the "
+                       f"CSR kernels on 10^6-row graphs only; below {WSB_ATTENTION_MIN_ROWS} rows "
+                       f"auto keeps the CSR kernels)")
+    if dtype == torch.float32 and not _tf32_allowed():
+        return "csr", ("csr: float32 tiles would multiply in tf32, which torch.backends.cuda.matmul "
+                       "does not allow now (PyG's float32 numerics)")
+    key = ("attention-wsb", dtype, bool(training))
+    hit = None if (compiling or torch.compiler.is_compiling()) else _memo_hit(graph, key)
+    if hit is not None:
+        return hit
+
+    def rule():
+        # The tile kernels give a block row (a head) to one warp, with no super-node split: a
+        # hub's block row would be one warp's walk (a 10^6-neighbour hub alone averages ~150
+        # edges a tile). Rows the CSR kernels would split keep the call on them.
+        for side in ("dst", "src") if training else ("dst",):
+            split = _heavy_split(graph, side, ATTENTION_MIN_HEAVY, ATTENTION_OVER_MEAN,
+                                 ATTENTION_CHUNK, ATTENTION_MAX_ITEMS, ATTENTION_MIN_LONGEST)
+            if split.heavy is not None:
+                return "csr", (f"csr: {split.heavy.numel()} super nodes ({'in' if side == 'dst' else 'out'}-"
+                               f"degree above {split.threshold}): the tile kernels walk a block row "
+                               f"in one warp, the CSR kernels split it")
+        ept = graph.wsb_stats()["edges_per_tile"]
+        when = "training" if training else "inference"
+        if ept >= threshold:
+            return "wsb", (f"wsb: {ept:.1f} edges per 16 x 16 tile >= {threshold:g} ({when}, "
+                           f"{_DTYPE_NAMES.get(dtype, dtype)}; H200: tiles 1.98x / 1.36x the CSR "
+                           f"kernels at 256 edges a tile in float32, 2.36x / 1.76x in bfloat16)")
+        return "csr", (f"csr: {ept:.1f} edges per 16 x 16 tile < {threshold:g} ({when}, "
+                       f"{_DTYPE_NAMES.get(dtype, dtype)}; H200: tiles 0.20x the CSR kernels at "
+                       f"9.2 edges a tile, 0.01-0.03x at 1-1.6)")
+    return _memo(graph, key, rule)
 
 
 def _plan_attention_split(graph, backward: bool) -> AttentionPlan:

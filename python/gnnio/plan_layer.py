@@ -247,12 +247,15 @@ def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
 
 
 def _plan_attention_layer(graph, width, training, common, kind) -> Plan:
-    backend, why = _policy.attention_backend(None)
+    backend, why = _policy.attention_backend(
+        None, graph=graph if kind == "gat" else None,
+        dtype=common["dtype"], training=training, device_type="cuda")
     tiles = backend == "wsb" and kind == "gat"
     float64 = common["dtype"] == torch.float64
     if tiles and not float64:
         stats = graph.wsb_stats()
-        return Plan(backend="wsb", cpu_backend="wsb",
+        # Forced tiles run on the CPU too; auto's choice is CUDA's (the CPU keeps the CSR kernels).
+        return Plan(backend="wsb", cpu_backend="csr" if why.startswith("wsb:") else "wsb",
                     reason=f"{why}: GAT attention on 16 x 16 tiles ({stats['edges_per_tile']:.1f} "
                            f"edges per tile); calls with dropout, edge terms, returned weights or "
                            f"more than 128 channels a head stay on the CSR kernels.",

@@ -196,10 +196,61 @@ def test_attention_backend_choice(monkeypatch):
     with pytest.raises(ValueError, match="GNNIO_ATTENTION_BACKEND"):
         attention_backend(None)
     monkeypatch.delenv("GNNIO_ATTENTION_BACKEND")
-    backend, why = attention_backend(None)
-    assert backend == "csr" and "not yet measured" in why
+    backend, why = attention_backend(None)  # no graph: another kind than 'gat'
+    assert backend == "csr" and "kind 'gat'" in why
     with pytest.raises(ValueError, match="backend must be"):
         attention_backend("cusparse")
+
+
+def _diagonal_tiles(blocks, full):
+    """Only diagonal 16 x 16 tiles, each holding every entry (full) or exactly 128 (i + j even)."""
+    i, j = torch.meshgrid(torch.arange(16), torch.arange(16), indexing="ij")
+    keep = torch.ones_like(i, dtype=torch.bool) if full else (i + j) % 2 == 0
+    base = 16 * torch.arange(blocks)[:, None]
+    src, dst = (base + j[keep]).reshape(-1), (base + i[keep]).reshape(-1)
+    return torch.stack([src, dst]), 16 * blocks
+
+
+def test_auto_picks_tiles_by_edges_per_tile(monkeypatch):
+    # The measured break-even (plan.WSB_ATTENTION_MIN_EDGES_PER_TILE): 128 edges a tile is above
+    # the 16-bit inference threshold (110) and below its training one (150) and float32's (130).
+    monkeypatch.delenv("GNNIO_ATTENTION_BACKEND", raising=False)
+    blocks = gnnio.plan.WSB_ATTENTION_MIN_ROWS // 16
+    g = gnnio.Graph(*_diagonal_tiles(blocks, full=False))
+    assert g.wsb_stats()["edges_per_tile"] == 128
+
+    def choice(dtype, training=False, device_type="cuda"):
+        return attention_backend(None, graph=g, dtype=dtype, training=training, device_type=device_type)
+    for dtype in (torch.bfloat16, torch.float16):
+        backend, why = choice(dtype)
+        assert backend == "wsb" and "128.0 edges per 16 x 16 tile >= 110" in why
+        backend, why = choice(dtype, training=True)
+        assert backend == "csr" and "128.0 edges per 16 x 16 tile < 150 (training" in why
+    monkeypatch.setattr(gnnio.plan, "_tf32_allowed", lambda: True)
+    assert choice(torch.float32)[0] == "csr"  # 128 < 130
+    dense = gnnio.Graph(*_diagonal_tiles(blocks, full=True))
+    assert attention_backend(None, graph=dense, dtype=torch.float32, device_type="cuda")[0] == "wsb"
+    small = gnnio.Graph(*_diagonal_tiles(64, full=True))  # 1,024 rows: not measured, CSR
+    backend, why = attention_backend(None, graph=small, dtype=torch.bfloat16, device_type="cuda")
+    assert backend == "csr" and "1024 destination rows" in why
+    monkeypatch.setattr(gnnio.plan, "_tf32_allowed", lambda: False)
+    backend, why = attention_backend(None, graph=dense, dtype=torch.float32, device_type="cuda")
+    assert backend == "csr" and "tf32" in why
+    assert choice(torch.float64)[0] == "csr"
+    backend, why = choice(torch.bfloat16, device_type="cpu")
+    assert backend == "csr" and "CPU" in why
+    sparse = gnnio.Graph(torch.randint(0, 70000, (2, 300000)), num_nodes=70000)
+    assert attention_backend(None, graph=sparse, dtype=torch.bfloat16, device_type="cuda")[0] == "csr"
+    # A hub's edges fill its block row's tiles (~160 a tile here), but one warp would walk them.
+    hub_ei, hub_n = hub(1_000_000)
+    hubby = gnnio.Graph(hub_ei, num_nodes=hub_n)
+    assert hubby.wsb_stats()["edges_per_tile"] > 150
+    backend, why = attention_backend(None, graph=hubby, dtype=torch.bfloat16, device_type="cuda")
+    assert backend == "csr" and "super nodes" in why
+    # The argument and the variable still win.
+    assert attention_backend("csr", graph=g, dtype=torch.bfloat16, device_type="cuda")[0] == "csr"
+    monkeypatch.setenv("GNNIO_ATTENTION_BACKEND", "csr")
+    assert choice(torch.bfloat16)[0] == "csr"
 
 
 def test_counts_hold_each_edge_once():
@@ -231,8 +282,13 @@ def test_opcheck_wsb_gat_attention():
 def test_graph_plan_reports_the_attention_backend(monkeypatch):
     ei = torch.randint(0, 64, (2, 900))
     g = gnnio.Graph(ei, num_nodes=64)
-    plan = g.plan("GATConv")
-    assert plan.backend in ("csr", "csr-split") and "not yet measured" in plan.reason
+    plan = g.plan("GATConv")  # 64 rows: below the measured sizes
+    assert plan.backend in ("csr", "csr-split") and "64 destination rows" in plan.reason
+    dense = gnnio.Graph(*_diagonal_tiles(gnnio.plan.WSB_ATTENTION_MIN_ROWS // 16, full=True))
+    plan = dense.plan("GATConv", dtype=torch.bfloat16)  # auto picks the tiles here
+    assert plan.backend == "wsb" and plan.cpu_backend == "csr" and "edges per 16 x 16 tile >=" in plan.reason
+    plan = dense.plan("GATConv")  # float32: the tiles would be tf32, which torch does not allow now
+    assert plan.backend in ("csr", "csr-split") and "tf32" in plan.reason
     monkeypatch.setenv("GNNIO_ATTENTION_BACKEND", "wsb")
     plan = g.plan("GATConv")
     assert plan.backend == "wsb" and plan.cpu_backend == "wsb"
