@@ -265,14 +265,34 @@ class Graph:
             value_t = self._cached(("mean_t", dtype), lambda: self._inv_in_degree(dtype)[
                 self.csr_by_src.col.long()]) if need_transpose else None
             return value, value_t
-        w = self._check_edge_weight(edge_weight, dtype)
-        value = w[self.csr_by_dst.perm.long()]
-        value_t = w[self.csr_by_src.perm.long()] if need_transpose else None
+        value = self.slot_weights(edge_weight, dtype)
+        value_t = self.slot_weights(edge_weight, dtype, transpose=True) if need_transpose else None
         if mean:
             value = value * self.spmm_values(dtype, "mean")[0]
             if need_transpose:
                 value_t = value_t * self._inv_in_degree(dtype)[self.csr_by_src.col.long()]
         return value, value_t
+
+    def slot_weights(self, edge_weight: torch.Tensor, dtype: torch.dtype,
+                     transpose: bool = False) -> torch.Tensor:
+        """``edge_weight`` (edge_index order) cast to ``dtype``, in csr_by_dst's slot order (or
+        csr_by_src's with ``transpose``): the order the kernels read. A weight that needs no
+        gradient is kept with its version counter, and the same tensor passed again unmodified
+        (a fixed ``data.edge_weight``, every epoch) reuses it instead of a gather of E values per
+        call; one entry per order and dtype. Weights that need a gradient, inference tensors
+        (no version counter) and calls under torch.compile gather every time."""
+        w = self._check_edge_weight(edge_weight, dtype)
+        perm = (self.csr_by_src if transpose else self.csr_by_dst).perm
+        if edge_weight.requires_grad or edge_weight.is_inference() or torch.compiler.is_compiling():
+            return w[perm.long()]
+        key = ("slot_weights", transpose, dtype)
+        hit = self._values.get(key)
+        if hit is not None and hit[0] is edge_weight and hit[1] == edge_weight._version:
+            return hit[2]
+        with _normal_tensors():
+            value = w[perm.long()]
+        self._values[key] = (edge_weight, edge_weight._version, value)
+        return value
 
     def _check_edge_weight(self, edge_weight, dtype):
         if not isinstance(edge_weight, torch.Tensor):

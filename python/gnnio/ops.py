@@ -147,7 +147,7 @@ def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
     fwd = graph.csr_by_dst
     weight = None
     if edge_weight is not None:
-        weight = graph._check_edge_weight(edge_weight, x.dtype)[fwd.perm.long()]
+        weight = graph.slot_weights(edge_weight, x.dtype)
     need_t = torch.is_grad_enabled() and x.requires_grad
     rowptr_t, col_t = graph.backward_csr(need_t)
     t2c = graph.src_slot_to_dst_slot if need_t else col_t  # col_t is the empty placeholder then

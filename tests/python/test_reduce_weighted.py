@@ -356,3 +356,30 @@ def test_cuda_weighted_is_deterministic():
         runs.append((out, arg, *torch.autograd.grad(out, (x, w), gout)))
     for a, b in zip(*runs):
         assert torch.equal(a, b)
+
+
+def test_slot_weights_are_kept_while_the_weight_is_unchanged(device):
+    # A fixed edge_weight (no gradient) is put in slot order once; an in-place change, a weight
+    # that needs a gradient or an inference tensor is gathered again.
+    ei, n = random_graph(40, 300)
+    g = gnnio.Graph(ei.to(device), num_nodes=n)
+    x = torch.randn(n, 6, device=device)
+    w = weights(300, device)
+    first = g.slot_weights(w, torch.float32)
+    assert g.slot_weights(w, torch.float32) is first
+    assert torch.equal(first, w[g.csr_by_dst.perm.long()])
+    transposed = g.slot_weights(w, torch.float32, transpose=True)
+    assert torch.equal(transposed, w[g.csr_by_src.perm.long()])
+    before = gnnio.ops.segment_reduce(g, x, "max", edge_weight=w)
+    w.mul_(-1)  # in place: the version counter moves
+    again = g.slot_weights(w, torch.float32)
+    assert again is not first and torch.equal(again, w[g.csr_by_dst.perm.long()])
+    after = gnnio.ops.segment_reduce(g, x, "max", edge_weight=w)
+    fresh = gnnio.ops.segment_reduce(gnnio.Graph(ei.to(device), num_nodes=n), x, "max", edge_weight=w)
+    assert torch.equal(after, fresh) and not torch.equal(after, before)
+    assert torch.equal(gnnio.ops.spmm(g, x, w), gnnio.ops.spmm(gnnio.Graph(ei.to(device), num_nodes=n), x, w))
+    learnable = w.clone().requires_grad_()
+    assert g.slot_weights(learnable, torch.float32).grad_fn is not None
+    with torch.inference_mode():
+        frozen = weights(300, device)
+        assert g.slot_weights(frozen, torch.float32) is not g.slot_weights(frozen, torch.float32)
