@@ -319,12 +319,13 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
             raise TypeError(f"bias must have value's dtype and device ({value.dtype}, "
                             f"{value.device}), got {bias.dtype}, {bias.device}")
         bias = bias.reshape(-1).contiguous()
+    # Calls the tiles cannot run skip auto's rule (and its statistics) altogether.
+    blockers = wsb_attention_blockers(kind, value, edge_score=edge_score, edge_value=edge_value,
+                                      dropout=dropout, return_weights=return_weights)
     tiles_training = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (value, src_score, dst_score, att))
-    if attention_backend(backend, graph=graph if kind == "gat" else None,
-                         dtype=value.dtype, training=tiles_training)[0] == "wsb":
-        blockers = wsb_attention_blockers(kind, value, edge_score=edge_score, edge_value=edge_value,
-                                          dropout=dropout, return_weights=return_weights)
+    if attention_backend(backend, graph=None if blockers else graph, dtype=value.dtype,
+                         training=tiles_training, channels=channels)[0] == "wsb":
         if blockers and backend == "wsb":
             raise ValueError("backend='wsb' cannot run this call: " + "; ".join(blockers))
         if not blockers:

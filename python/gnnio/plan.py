@@ -251,18 +251,30 @@ WSB_ATTENTION_MIN_EDGES_PER_TILE_TRAINING = {torch.float32: 190.0, torch.bfloat1
 # Every measurement was on graphs of 10^6 rows; smaller ones (launch-bound, not measured) stay on
 # the CSR kernels.
 WSB_ATTENTION_MIN_ROWS = 1 << 16
+# Measured at 32 channels a head. Narrower heads weigh a tile's fixed loads (its count tile, its
+# 16 scores) more against the CSR kernels' per-edge rows: SpMM's byte model puts the break-even
+# at 8 channels near 1.8-2.3x the thresholds, beyond what a tile holds. Not measured: auto
+# keeps narrower heads on the CSR kernels.
+WSB_ATTENTION_MIN_CHANNELS = 32
+# One warp walks a block row's tiles (a head each): powerlaw-1M-16M's hub block row, 62,500
+# tiles, took ~400 of its 492 ms, ~6 us a tile. A block row of 64 tiles is then ~0.4 ms, a
+# fraction of a 10^6-row CSR call; more would make one warp the long pole.
+WSB_ATTENTION_MAX_TILES_PER_BLOCK_ROW = 64
 
 
 def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] = None,
                       graph=None, dtype: Optional[torch.dtype] = None, training: bool = False,
-                      device_type: Optional[str] = None):
+                      device_type: Optional[str] = None, channels: Optional[int] = None):
     """(backend, reason) of a GAT graph_attention call: 'csr' (the fused CSR kernels, split by
     plan_attention) or 'wsb' (16 x 16 tiles, gnnio/wsb_attention.py). The argument wins;
     otherwise GNNIO_ATTENTION_BACKEND=csr|wsb|auto. Auto: on CUDA, WSB where the graph's
     ``edges_per_tile`` reaches WSB_ATTENTION_MIN_EDGES_PER_TILE[dtype] (``_TRAINING`` when a
     backward follows), float32 only where torch allows tf32 matmuls (PyG parity otherwise);
-    'csr' without a graph (other kinds), on the CPU and for float64. ``device_type``: the device
-    the choice is for (default: the graph's; Graph.plan asks for 'cuda')."""
+    'csr' without a graph (other kinds, or a call the tiles cannot run), on the CPU, for float64,
+    under WSB_ATTENTION_MIN_ROWS rows, under WSB_ATTENTION_MIN_CHANNELS channels a head, and
+    where a block row holds more than WSB_ATTENTION_MAX_TILES_PER_BLOCK_ROW tiles (a super node
+    included; the tile kernels give a block row to one warp). ``device_type``: the device the
+    choice is for (default: the graph's; Graph.plan asks for 'cuda')."""
     forced = _forced_backend(backend, "GNNIO_ATTENTION_BACKEND", compiling)
     if forced is not None:
         return forced
@@ -276,6 +288,9 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
         return "csr", f"csr: {_DTYPE_NAMES.get(dtype, dtype)} does not run on tensor-core tiles"
     if graph.num_edges == 0:
         return "csr", "csr: no edges"
+    if channels is not None and channels < WSB_ATTENTION_MIN_CHANNELS:
+        return "csr", (f"csr: {channels} channels a head (the tiles were measured at 32; narrower "
+                       f"heads stay on the CSR kernels)")
     if graph.num_dst < WSB_ATTENTION_MIN_ROWS:
         return "csr", (f"csr: {graph.num_dst} destination rows (the tiles were measured against the "
                        f"CSR kernels on 10^6-row graphs only; below {WSB_ATTENTION_MIN_ROWS} rows "
@@ -283,7 +298,7 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
     if dtype == torch.float32 and not _tf32_allowed():
         return "csr", ("csr: float32 tiles would multiply in tf32, which torch.backends.cuda.matmul "
                        "does not allow now (PyG's float32 numerics)")
-    key = ("attention-wsb", dtype, bool(training))
+    key = ("attention-wsb", dtype, bool(training))  # channels are checked above, not a key
     hit = None if (compiling or torch.compiler.is_compiling()) else _memo_hit(graph, key)
     if hit is not None:
         return hit
@@ -302,6 +317,14 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
         ept = graph.wsb_stats()["edges_per_tile"]
         when = "training" if training else "inference"
         if ept >= threshold:
+            # Only now (a locally dense graph) the tiles themselves: their longest block row.
+            for transpose in (False, True) if training else (False,):
+                longest = int(graph.wsb(transpose).block_rowptr.diff().max()) if graph.num_edges else 0
+                if longest > WSB_ATTENTION_MAX_TILES_PER_BLOCK_ROW:
+                    return "csr", (f"csr: a {'source' if transpose else 'destination'} block row "
+                                   f"holds {longest} tiles (> {WSB_ATTENTION_MAX_TILES_PER_BLOCK_ROW}"
+                                   f"; one warp walks it) though the graph averages {ept:.1f} edges "
+                                   f"per tile")
             return "wsb", (f"wsb: {ept:.1f} edges per 16 x 16 tile >= {threshold:g} ({when}, "
                            f"{_DTYPE_NAMES.get(dtype, dtype)}; H200: tiles 1.98x / 1.36x the CSR "
                            f"kernels at 256 edges a tile in float32, 2.36x / 1.76x in bfloat16)")

@@ -15,7 +15,8 @@ class Plan(NamedTuple):
 
     ``backend`` is what CUDA runs: spmm ``'cusparse'``, ``'rowwarp'`` or ``'wsb'``; reduce
     ``'degree-aware'`` or ``'node-parallel'``; attention ``'csr-split'`` or ``'csr'``, or
-    ``'wsb'`` for GAT-kind attention where ``GNNIO_ATTENTION_BACKEND=wsb`` forces the tiles.
+    ``'wsb'`` for GAT-kind attention on the tiles (forced by ``GNNIO_ATTENTION_BACKEND=wsb``, or
+    auto's rule, gnnio.plan.attention_backend).
     ``cpu_backend`` is what the CPU runs. The split fields are the light/heavy split of the
     reduce and attention planners (None / 0 when there is none, and for spmm)."""
     layer: str  # the name asked for, canonical ('SAGEConv(max)', 'spmm', ...)
@@ -249,7 +250,8 @@ def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
 def _plan_attention_layer(graph, width, training, common, kind) -> Plan:
     backend, why = _policy.attention_backend(
         None, graph=graph if kind == "gat" else None,
-        dtype=common["dtype"], training=training, device_type="cuda")
+        dtype=common["dtype"], training=training, device_type="cuda")  # (heads unknown here:
+    # the rule's channels-per-head condition applies at the call)
     tiles = backend == "wsb" and kind == "gat"
     float64 = common["dtype"] == torch.float64
     if tiles and not float64:

@@ -46,8 +46,9 @@ def wsb_gat_attention(graph: Graph, value: torch.Tensor, src_score: torch.Tensor
     ``src_score [num_src, H]``, ``dst_score [num_dst, H]`` (optional), all one dtype; returns
     ``[num_dst, H, C]``. Differentiable in the three tensors (not twice). On CUDA the tile
     products run on tensor cores, float32 as tf32 (about 1e-3 relative) whatever
-    ``torch.backends.cuda.matmul``'s setting: this is a forced backend (no planner rule picks it
-    yet); on the CPU float32 or float64 throughout."""
+    ``torch.backends.cuda.matmul``'s setting when called directly or forced (the planner's auto
+    rule picks float32 tiles only where tf32 is allowed); on the CPU float32 or float64
+    throughout."""
     if not isinstance(value, torch.Tensor) or value.dim() != 3 or value.size(0) != graph.num_src:
         raise ValueError(f"value must be a [num_src={graph.num_src}, heads, channels] Tensor, got "
                          f"{list(value.shape) if isinstance(value, torch.Tensor) else type(value)}")

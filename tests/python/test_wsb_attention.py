@@ -106,8 +106,8 @@ class Spy:
 @pytest.mark.parametrize("add_self_loops", [True, False])
 @pytest.mark.parametrize("heads,concat", [(1, True), (3, True), (3, False)])
 def test_gatconv_through_wsb_against_pyg(monkeypatch, heads, concat, add_self_loops):
-    # The layer reaches the WSB kernels by the variable (the planner's auto does not pick them
-    # yet); PyG's float32 layer and a float64 copy judge the error (the suite's 2x rule).
+    # The layer reaches the WSB kernels by the variable (auto keeps a graph this small on the
+    # CSR kernels); PyG's float32 layer and a float64 copy judge the error (the suite's 2x rule).
     monkeypatch.setenv("GNNIO_ATTENTION_BACKEND", "wsb")
     spy = Spy(monkeypatch)
     torch.manual_seed(0)
@@ -241,6 +241,26 @@ def test_auto_picks_tiles_by_edges_per_tile(monkeypatch):
     assert backend == "csr" and "CPU" in why
     sparse = gnnio.Graph(torch.randint(0, 70000, (2, 300000)), num_nodes=70000)
     assert attention_backend(None, graph=sparse, dtype=torch.bfloat16, device_type="cuda")[0] == "csr"
+    # Heads narrower than the measured 32 channels stay on the CSR kernels.
+    backend, why = attention_backend(None, graph=g, dtype=torch.bfloat16, device_type="cuda", channels=8)
+    assert backend == "csr" and "8 channels a head" in why
+    assert attention_backend(None, graph=g, dtype=torch.bfloat16, device_type="cuda", channels=32)[0] == "wsb"
+    # Full diagonal tiles, but block row 0 also holds 100 tiles of 16 edges (rows 0..15 one
+    # source each in block columns 50..149: in-degree 116, no super node): one warp would walk
+    # that row's 101 tiles.
+    ei_d, n_d = _diagonal_tiles(blocks, full=True)
+    rows, cols = torch.meshgrid(torch.arange(16), torch.arange(50, 150), indexing="ij")
+    extra = torch.stack([16 * cols.reshape(-1) + rows.reshape(-1), rows.reshape(-1)])
+    crowded = gnnio.Graph(torch.cat([ei_d, extra], 1), num_nodes=n_d)
+    assert crowded.wsb_stats()["edges_per_tile"] > 250
+    backend, why = attention_backend(None, graph=crowded, dtype=torch.bfloat16, device_type="cuda")
+    assert backend == "csr" and "destination block row holds 101 tiles" in why
+    # Training reads the transposed tiles too: there block row 0 is a source block row.
+    mirrored = gnnio.Graph(torch.cat([ei_d, extra.flip(0)], 1), num_nodes=n_d)
+    assert attention_backend(None, graph=mirrored, dtype=torch.bfloat16, device_type="cuda")[0] == "wsb"
+    backend, why = attention_backend(None, graph=mirrored, dtype=torch.bfloat16, training=True,
+                                     device_type="cuda")
+    assert backend == "csr" and "source block row holds 101 tiles" in why
     # A hub's edges fill its block row's tiles (~160 a tile here), but one warp would walk them.
     hub_ei, hub_n = hub(1_000_000)
     hubby = gnnio.Graph(hub_ei, num_nodes=hub_n)

@@ -432,7 +432,9 @@ def _bench_attention(kind):
         value, operands, rows_per_edge = attention_operands(kind, n, heads, channels, rand)
         inputs = [value] + [t for t in operands.values() if isinstance(t, torch.Tensor) and t is not value]
         op_kind = "dot" if kind == "shared" else kind
-        fn = lambda: gnnio.ops.graph_attention(graph, op_kind, value, **operands)  # noqa: E731
+        # The fused CSR kernels (their floor below): auto could send GAT to the tiles, whose
+        # rows are graph_attention(wsb)'s.
+        fn = lambda: gnnio.ops.graph_attention(graph, op_kind, value, backend="csr", **operands)  # noqa: E731
         g = torch.randn(n, heads, channels, generator=gen, device=device, dtype=dtype)
         fwd, both, mem = bench_module(fn, g, inputs, device, args)
         s, idx = value.element_size(), graph.csr_by_dst.col.element_size()

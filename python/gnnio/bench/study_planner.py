@@ -26,7 +26,8 @@ for each, so a row records its pick for each pass (``planner_pick_fwd``, ``plann
 - GAT attention (``attention-gat``: ``graph_attention(gat)``, 4 heads x F/4, source and
   destination scores): ``csr-split``, ``csr`` and ``wsb`` (the 16 x 16 tiles, on CUDA tensor
   cores; float32 runs as tf32 there, so with float32 it is shown, not counted, as SpMM's).
-  ``auto`` does not pick ``wsb`` yet (no measured rule): this family's rows are the data for one.
+  ``auto`` picks ``wsb`` by gnnio.plan.attention_backend's rule (edges per tile, measured on
+  the H200): this family's rows check it.
 
 With ``--device-time`` (CUDA) each candidate of a pass is also captured in a CUDA graph and its
 replays timed the same way (interleaved, CUDA events): the GPU's time alone, without the host's
