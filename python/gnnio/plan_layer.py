@@ -142,8 +142,15 @@ def plan_layer(graph, layer, features: int = 128, dtype=torch.float32, *,
         raise ValueError(f"features must be an int >= 0, got {features!r}")
     if backend is not None and family != "spmm":
         raise ValueError(f"backend= forces the SpMM backend; {display} is in the {family} family")
-    self_loops = loops and not graph.is_bipartite
-    g = graph.with_remaining_self_loops()[0] if self_loops else graph
+    # The graph the layer runs on: GCNConv adds a loop per node (square graphs only); GATConv and
+    # GATv2Conv add min(num_src, num_dst) loops, also to a bipartite graph (PyG's rule).
+    self_loops = loops and (family == "attention" or not graph.is_bipartite)
+    if not self_loops:
+        g = graph
+    elif graph.is_bipartite:
+        g = graph.with_self_loops(min(graph.num_src, graph.num_dst))[0]
+    else:
+        g = graph.with_remaining_self_loops()[0]
     common = dict(layer=display, family=family, features=features, dtype=dtype,
                   self_loops=self_loops)
     if family == "spmm":

@@ -284,7 +284,11 @@ def test_gcn_is_planned_with_its_self_loops(blockdiag_graph):
     loops = blockdiag_graph.with_remaining_self_loops()[0]
     assert p.self_loops and p.stats["edges_per_tile"] == loops.wsb_stats()["edges_per_tile"]
     bip = gnnio.Graph(torch.stack([torch.randint(30, (200,)), torch.randint(20, (200,))]), size=(30, 20))
-    assert not bip.plan("GCNConv").self_loops and not bip.plan("GATConv").self_loops
+    assert not bip.plan("GCNConv").self_loops
+    # GATConv adds min(num_src, num_dst) loops to a bipartite graph too, and plans on that graph.
+    gat = bip.plan("GATConv")
+    looped = bip.with_self_loops(20)[0]
+    assert gat.self_loops and gat.stats["max_in_degree"] == looped.stats()["max_in_degree"]
 
 
 # ---------------------------------------------------------------------------------------------
