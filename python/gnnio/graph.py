@@ -281,16 +281,19 @@ class Graph:
         (a fixed ``data.edge_weight``, every epoch) reuses it instead of a gather of E values per
         call; one entry per order and dtype. Weights that need a gradient, inference tensors
         (no version counter) and calls under torch.compile gather every time."""
-        w = self._check_edge_weight(edge_weight, dtype)
-        perm = (self.csr_by_src if transpose else self.csr_by_dst).perm
-        if edge_weight.requires_grad or edge_weight.is_inference() or torch.compiler.is_compiling():
-            return w[perm.long()]
+        cached = isinstance(edge_weight, torch.Tensor) and not (
+            edge_weight.requires_grad or edge_weight.is_inference() or torch.compiler.is_compiling())
         key = ("slot_weights", transpose, dtype)
-        hit = self._values.get(key)
-        if hit is not None and hit[0] is edge_weight and hit[1] == edge_weight._version:
-            return hit[2]
+        if cached:  # a kept entry was checked and cast when it was stored: no cast per call
+            hit = self._values.get(key)
+            if hit is not None and hit[0] is edge_weight and hit[1] == edge_weight._version:
+                return hit[2]
+        w = self._check_edge_weight(edge_weight, dtype)
+        perm = (self.csr_by_src if transpose else self.csr_by_dst).perm.long()
+        if not cached:
+            return w[perm]
         with _normal_tensors():
-            value = w[perm.long()]
+            value = w[perm]
         self._values[key] = (edge_weight, edge_weight._version, value)
         return value
 

@@ -319,13 +319,13 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
             raise TypeError(f"bias must have value's dtype and device ({value.dtype}, "
                             f"{value.device}), got {bias.dtype}, {bias.device}")
         bias = bias.reshape(-1).contiguous()
+    operands = (value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands)
     # Calls the tiles cannot run skip auto's rule (and its statistics) altogether.
     blockers = wsb_attention_blockers(kind, value, edge_score=edge_score, edge_value=edge_value,
                                       dropout=dropout, return_weights=return_weights)
-    tiles_training = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (value, src_score, dst_score, att))
     if attention_backend(backend, graph=None if blockers else graph, dtype=value.dtype,
-                         training=tiles_training, channels=channels)[0] == "wsb":
+                         training=needs_grad, channels=channels)[0] == "wsb":
         if blockers and backend == "wsb":
             raise ValueError("backend='wsb' cannot run this call: " + "; ".join(blockers))
         if not blockers:
@@ -336,8 +336,6 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
             return out if bias is None else out + bias.view(heads, channels)
     if dropout > 0 and seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item())
-    operands = (value, src_score, dst_score, edge_score, query, key, edge_key, att, edge_value)
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in operands)
     fwd = graph.csr_by_dst
     rowptr_t, col_t = graph.backward_csr(needs_grad)
     t2c = graph.src_slot_to_dst_slot if needs_grad else col_t

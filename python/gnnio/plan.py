@@ -319,7 +319,7 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
         if ept >= threshold:
             # Only now (a locally dense graph) the tiles themselves: their longest block row.
             for transpose in (False, True) if training else (False,):
-                longest = int(graph.wsb(transpose).block_rowptr.diff().max()) if graph.num_edges else 0
+                longest = int(graph.wsb(transpose).block_rowptr.diff().max())  # (edges: checked above)
                 if longest > WSB_ATTENTION_MAX_TILES_PER_BLOCK_ROW:
                     return "csr", (f"csr: a {'source' if transpose else 'destination'} block row "
                                    f"holds {longest} tiles (> {WSB_ATTENTION_MAX_TILES_PER_BLOCK_ROW}"

@@ -255,16 +255,17 @@ def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
 
 
 def _plan_attention_layer(graph, width, training, common, kind) -> Plan:
+    # Heads are unknown here: the rule's channels-a-head condition applies at the call.
     backend, why = _policy.attention_backend(
-        None, graph=graph if kind == "gat" else None,
-        dtype=common["dtype"], training=training, device_type="cuda")  # (heads unknown here:
-    # the rule's channels-per-head condition applies at the call)
+        None, graph=graph if kind == "gat" else None, dtype=common["dtype"], training=training,
+        device_type="cuda")
+    forced = _policy._forced_backend(None, "GNNIO_ATTENTION_BACKEND") is not None
     tiles = backend == "wsb" and kind == "gat"
     float64 = common["dtype"] == torch.float64
     if tiles and not float64:
         stats = graph.wsb_stats()
         # Forced tiles run on the CPU too; auto's choice is CUDA's (the CPU keeps the CSR kernels).
-        return Plan(backend="wsb", cpu_backend="csr" if why.startswith("wsb:") else "wsb",
+        return Plan(backend="wsb", cpu_backend="wsb" if forced else "csr",
                     reason=f"{why}: GAT attention on 16 x 16 tiles ({stats['edges_per_tile']:.1f} "
                            f"edges per tile); calls with dropout, edge terms, returned weights or "
                            f"more than 128 channels a head stay on the CSR kernels.",
@@ -272,7 +273,7 @@ def _plan_attention_layer(graph, width, training, common, kind) -> Plan:
                     **common)
     p = _policy.plan_attention(graph, width, backward=training)
     fields = _split_fields(graph, p, _policy.ATTENTION_CHUNK, training)
-    if backend == "wsb":  # forced, but not for this call on CUDA
+    if forced and backend == "wsb":  # but not for this call on CUDA
         why = (f"{why} takes kind 'gat' only: kind {kind!r} runs on the CSR kernels" if not tiles
                else f"{why}, but CUDA runs float64 on the CSR kernels (the tiles are tensor-core "
                     f"products; the CPU runs float64 on them)")
