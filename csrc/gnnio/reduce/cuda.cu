@@ -49,11 +49,14 @@ __device__ inline acc_type_t<scalar_t> message(acc_type_t<scalar_t> w, scalar_t 
   return to_acc(from_acc<scalar_t>(mul_pinned(w, to_acc(x))));
 }
 
-// The candidate of slot k: x itself, or the weighted message (the heavy tiles, where a runtime
-// test per slot costs nothing against their atomics).
-template <typename scalar_t>
-__device__ inline acc_type_t<scalar_t> candidate(const scalar_t* weight, int64_t k, scalar_t x) {
-  return weight != nullptr ? message(to_acc(weight[k]), x) : to_acc(x);
+// Slot k's weight and candidate in a kernel built for kWeighted: unweighted, 1 (unread) and x.
+template <bool kWeighted, typename scalar_t>
+__device__ inline acc_type_t<scalar_t> slot_weight(const scalar_t* weight, int64_t k) {
+  return kWeighted ? to_acc(weight[k]) : acc_type_t<scalar_t>(1);
+}
+template <bool kWeighted, typename scalar_t>
+__device__ inline acc_type_t<scalar_t> candidate(acc_type_t<scalar_t> w, scalar_t x) {
+  return kWeighted ? message(w, x) : to_acc(x);
 }
 
 // Light rows: one warp per row, each lane V consecutive features (one 16-byte load per slot
@@ -84,28 +87,26 @@ __global__ void light_kernel(SegmentReduceParams p) {
       int64_t best_k[V];
       {
         const auto v = load_vec<V>(x + int64_t(col[begin]) * p.x_row_stride + f);
-        const acc_t w = kWeighted ? to_acc(weight[begin]) : acc_t(1);
-        for (int i = 0; i < V; ++i) best[i] = kWeighted ? message(w, v.v[i]) : to_acc(v.v[i]), best_k[i] = begin;
+        const acc_t w = slot_weight<kWeighted>(weight, begin);
+        for (int i = 0; i < V; ++i) best[i] = candidate<kWeighted>(w, v.v[i]), best_k[i] = begin;
       }
       auto update = [&](const Vec<scalar_t, V>& v, acc_t w, int64_t k) {
         for (int i = 0; i < V; ++i) {
-          const acc_t a = kWeighted ? message(w, v.v[i]) : to_acc(v.v[i]);
+          const acc_t a = candidate<kWeighted>(w, v.v[i]);
           if (better<acc_t>(a, best[i], p.op)) best[i] = a, best_k[i] = k;
         }
       };
       int64_t k = begin + 1;
       for (; k + 1 < end; k += 2) {
         // The weights first: independent of col, their loads overlap the gather's.
-        const acc_t w0 = kWeighted ? to_acc(weight[k]) : acc_t(1);
-        const acc_t w1 = kWeighted ? to_acc(weight[k + 1]) : acc_t(1);
+        const acc_t w0 = slot_weight<kWeighted>(weight, k), w1 = slot_weight<kWeighted>(weight, k + 1);
         const auto v0 = load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f);
         const auto v1 = load_vec<V>(x + int64_t(col[k + 1]) * p.x_row_stride + f);
         update(v0, w0, k);
         update(v1, w1, k + 1);
       }
       if (k < end)
-        update(load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f),
-               kWeighted ? to_acc(weight[k]) : acc_t(1), k);
+        update(load_vec<V>(x + int64_t(col[k]) * p.x_row_stride + f), slot_weight<kWeighted>(weight, k), k);
       // acc_t holds every scalar_t exactly, so the stored maximum is the input value (or the
       // rounded product) itself.
       for (int i = 0; i < V; ++i)
@@ -135,9 +136,8 @@ __global__ void heavy_tile_kernel(SegmentReduceParams p, unsigned long long* key
   if (f < p.width) {
     for (int64_t k = begin + warp; k < end; k += kWarps) {
       // The weight's load is issued before the gather's, not after it (one chain per slot).
-      const acc_t w = kWeighted ? to_acc(weight[k]) : acc_t(1);
-      const scalar_t xv = x[int64_t(col[k]) * p.x_row_stride + f];
-      const acc_t v = kWeighted ? message(w, xv) : to_acc(xv);
+      const acc_t w = slot_weight<kWeighted>(weight, k);
+      const acc_t v = candidate<kWeighted>(w, x[int64_t(col[k]) * p.x_row_stride + f]);
       if (k_best < 0 || better(v, v_best, p.op)) v_best = v, k_best = k;
     }
   }
@@ -174,8 +174,9 @@ __global__ void heavy_finalize_kernel(SegmentReduceParams p, const unsigned long
     const int64_t h = i / p.width, f = i % p.width, r = p.split.heavy_rows[h];
     const int64_t slot = unpack_slot(keys[i], p.op);
     // The winner's candidate again, the same rounding: exact, any dtype.
+    const scalar_t xv = x[int64_t(col[slot]) * p.x_row_stride + f];
     out[r * p.width + f] =
-        from_acc<scalar_t>(candidate(weight, slot, x[int64_t(col[slot]) * p.x_row_stride + f]));
+        from_acc<scalar_t>(weight != nullptr ? message(to_acc(weight[slot]), xv) : to_acc(xv));
     arg[r * p.width + f] = static_cast<index_t>(slot);
   }
 }
@@ -208,7 +209,7 @@ __global__ void backward_kernel(SegmentReduceBackwardParams p) {
       for (int64_t k = rowptr_t[j]; k < rowptr_t[j + 1]; ++k) {
         const int64_t r = col_t[k];
         const index_t slot = t2c[k];
-        const acc_t w = kWeighted ? to_acc(weight[k]) : acc_t(1);
+        const acc_t w = slot_weight<kWeighted>(weight, k);
         const auto won = load_vec<V>(arg + r * p.width + f);
         for (int i = 0; i < V; ++i)
           if (won.v[i] == slot)

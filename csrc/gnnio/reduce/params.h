@@ -45,8 +45,9 @@ struct SegmentReduceParams {
 
 // grad_x[j, f] = sum over the slots k' of row j of the transposed CSR whose forward slot
 // t2c[k'] won (arg[col_t[k'], f] == t2c[k']) of grad_out[col_t[k'], f], times weight[k'] when
-// weighted (the weights in transposed slot order, so the walk reads them in order). A gather over the transpose: each output element is summed by one thread in
-// slot order (deterministic).
+// weighted (the weights in transposed slot order, so the walk reads them in order). A gather
+// over the transpose: each output element is summed by one thread in slot order
+// (deterministic).
 struct SegmentReduceBackwardParams {
   const void* rowptr_t = nullptr;  // [num_src + 1]
   const void* col_t = nullptr;     // [nnz] destination row of each transposed slot
@@ -79,7 +80,7 @@ struct SegmentReduceWeightGradParams {
 
   const void* x = nullptr;         // [num_cols, width], rows x_row_stride apart
   const void* grad_out = nullptr;  // [num_rows, width] contiguous
-  void* grad_weight = nullptr;     // [nnz] zero on entry, the accumulator type (double for float64, else float)
+  void* grad_weight = nullptr;     // [nnz], zero on entry; float (double for float64)
   ScalarType scalar_type = ScalarType::kFloat32;  // of x and grad_out
 
   int64_t num_rows = 0;
