@@ -26,6 +26,15 @@ Csr build(const std::vector<int64_t>& row, const std::vector<int64_t>& col, int6
   return c;
 }
 
+// t2c: the forward (by_dst) slot of each transposed (by_src) slot, through the edge ids.
+std::vector<int64_t> forward_slot_of_transposed(const Csr& by_dst, const Csr& by_src) {
+  const size_t nnz = by_dst.perm.size();
+  std::vector<int64_t> slot_of_edge(nnz), t2c(nnz);
+  for (size_t k = 0; k < nnz; ++k) slot_of_edge[by_dst.perm[k]] = static_cast<int64_t>(k);
+  for (size_t k = 0; k < nnz; ++k) t2c[k] = slot_of_edge[by_src.perm[k]];
+  return t2c;
+}
+
 TEST(SegmentReduceCpu, MaxAndMinMatchBruteForceWithEarliestTieWinner) {
   std::mt19937_64 rng(std::random_device{}());
   const int64_t n = 40, e = 300, width = 7;
@@ -68,9 +77,7 @@ TEST(SegmentReduceCpu, BackwardGathersOverTheTranspose) {
   // Edges 0->2, 1->2, 0->3: node 2 takes the max of x0, x1; node 3 takes x0.
   const std::vector<int64_t> src{0, 1, 0}, dst{2, 2, 3};
   const Csr by_dst = build(dst, src, 4), by_src = build(src, dst, 4);
-  std::vector<int64_t> inv(3), t2c(3);
-  for (int64_t k = 0; k < 3; ++k) inv[by_dst.perm[k]] = k;
-  for (int64_t k = 0; k < 3; ++k) t2c[k] = inv[by_src.perm[k]];
+  const std::vector<int64_t> t2c = forward_slot_of_transposed(by_dst, by_src);
   const std::vector<double> x{1.0, 5.0, 0.0, 0.0};
   std::vector<double> out(4);
   std::vector<int64_t> arg(4);
@@ -108,9 +115,7 @@ TEST(SegmentReduceCpu, WeightedMessagesAndBothGradients) {
   const std::vector<int64_t> src{0, 1, 0}, dst{2, 2, 3};
   const std::vector<double> w_edge{2.0, -1.0, 0.5};
   const Csr by_dst = build(dst, src, 4), by_src = build(src, dst, 4);
-  std::vector<int64_t> inv(3), t2c(3);
-  for (int64_t k = 0; k < 3; ++k) inv[by_dst.perm[k]] = k;
-  for (int64_t k = 0; k < 3; ++k) t2c[k] = inv[by_src.perm[k]];
+  const std::vector<int64_t> t2c = forward_slot_of_transposed(by_dst, by_src);
   std::vector<double> w(3);  // slot order
   for (int64_t k = 0; k < 3; ++k) w[k] = w_edge[by_dst.perm[k]];
   const std::vector<double> x{1.0, -3.0, 4.0, 8.0, 0.0, 0.0, 0.0, 0.0};

@@ -236,27 +236,32 @@ def test_planner_splits_source_hubs_for_the_backward():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
 @pytest.mark.parametrize("hub_side", ["dst", "src"])
 @pytest.mark.parametrize("degree_aware", [True, False])
 @pytest.mark.parametrize("reduce", ["max", "min"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_cuda_matches_cpu_bitwise(reduce, dtype, degree_aware, hub_side):
+def test_cuda_matches_cpu_bitwise(reduce, dtype, degree_aware, hub_side, weighted):
     # A 10^6-neighbour hub (heavy tiles merged by packed atomics; as a source, backward tiles
     # summed in item order) plus light rows; few distinct values so that ties are everywhere:
-    # the lowest slot must win on both devices. Integer gradients make every sum order exact.
+    # the lowest slot must win on both devices. Integer inputs (and weights, for the messages
+    # w x and the weights' gradient) make every product and every sum order exact.
     ei, n = hub(1_000_000)
     if hub_side == "src":
         ei = ei.flip(0)
     x = torch.randint(-4, 5, (n, 33)).to(dtype)
-    cpu = gnnio.ops.segment_reduce(gnnio.Graph(ei, num_nodes=n), x.float(), reduce, return_arg=True)
-    g = gnnio.Graph(ei.cuda(), num_nodes=n)
-    xc = x.cuda().requires_grad_()
-    out, arg = gnnio.ops.segment_reduce(g, xc, reduce, return_arg=True, degree_aware=degree_aware)
-    assert torch.equal(out.float().cpu(), cpu[0]) and torch.equal(arg.cpu(), cpu[1])
-    (grad,) = torch.autograd.grad(out.float().sum(), xc)
-    x_cpu = x.float().requires_grad_()
-    (grad_cpu,) = torch.autograd.grad(gnnio.ops.segment_reduce(gnnio.Graph(ei, num_nodes=n), x_cpu,
-                                                               reduce).sum(), x_cpu)
+    w = torch.tensor([-2.0, -1.0, 1.0, 2.0])[torch.randint(4, (ei.size(1),))].to(dtype) if weighted else None
+
+    def run(graph, xs, ws, **kwargs):
+        out, arg = gnnio.ops.segment_reduce(graph, xs, reduce, return_arg=True, edge_weight=ws, **kwargs)
+        return out, arg, torch.autograd.grad(out.float().sum(), [xs] + ([ws] if weighted else []))
+    leaves = lambda t, dev: None if t is None else t.to(dev).requires_grad_()  # noqa: E731
+    out_cpu, arg_cpu, grads_cpu = run(gnnio.Graph(ei, num_nodes=n), leaves(x.float(), "cpu"),
+                                      leaves(None if w is None else w.float(), "cpu"))
+    out, arg, grads = run(gnnio.Graph(ei.cuda(), num_nodes=n), leaves(x, "cuda"), leaves(w, "cuda"),
+                          degree_aware=degree_aware)
+    assert torch.equal(out.float().cpu(), out_cpu) and torch.equal(arg.cpu(), arg_cpu)
     # The CPU sums in float32 (exact: integers below 2^24); CUDA sums in float32 too and rounds
     # once to the dtype, which a source hub's ~10^5 needs.
-    assert torch.equal(grad.float().cpu(), grad_cpu.to(dtype).float())
+    for ours, cpu in zip(grads, grads_cpu):
+        assert torch.equal(ours.float().cpu(), cpu.to(dtype).float())
