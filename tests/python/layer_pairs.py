@@ -141,10 +141,26 @@ def _leaves(inputs, dtype):
     return {k: None if v is None else v.detach().to(dtype).requires_grad_() for k, v in inputs.items()}
 
 
-def _drop_caches(layer):
-    for attr in ("_cached_edge_index", "_cached_adj_t"):  # a float32 cache would spoil float64
-        if hasattr(layer, attr):
-            setattr(layer, attr, None)
+def _float64_copy(pyg):
+    """PyG's layer in float64, uncached (a float32 cache would spoil float64)."""
+    exact = copy.deepcopy(pyg).double()
+    for attr in ("_cached_edge_index", "_cached_adj_t"):
+        if hasattr(exact, attr):
+            setattr(exact, attr, None)
+    return exact
+
+
+def _draw_clear_of_kink(pyg, call, exact_call, inputs, calls):
+    """inputs, or the first of KINK_TRIES redraws of them, whose scores are all clear of the
+    kink in PyG's float32 and float64 forwards."""
+    for _ in range(KINK_TRIES):
+        exact, leaves32, leaves64 = _float64_copy(pyg), _leaves(inputs, torch.float32), _leaves(inputs, torch.float64)
+        z32 = leaky_relu_inputs(lambda: [call(pyg, leaves32) for _ in range(calls)])
+        z64 = leaky_relu_inputs(lambda: [exact_call(exact, leaves64) for _ in range(calls)])
+        if clear_of_kink(z32, z64):
+            return inputs
+        inputs = {k: None if v is None else _redraw(v) for k, v in inputs.items()}
+    raise AssertionError(f"no draw of {KINK_TRIES} kept every score clear of LeakyReLU's kink")
 
 
 def check_against_pyg(pyg, ours, call, inputs, calls=1, shadowed=None, exact_call=None,
@@ -160,21 +176,11 @@ def check_against_pyg(pyg, ours, call, inputs, calls=1, shadowed=None, exact_cal
     sums over the endpoints' neighbourhoods through deg^-1/2: the largest degree).
     Inputs that put a LeakyReLU input of PyG's float64 forward too close to 0 (see KINK; GAT and
     GATv2 scores) are drawn again, up to KINK_TRIES times, by moving every input a little."""
-    kinked = any(isinstance(m, (pyg_nn.GATConv, pyg_nn.GATv2Conv)) for m in pyg.modules())
-    for _ in range(KINK_TRIES if kinked else 0):  # (other layers' caches are left as they are)
-        exact = copy.deepcopy(pyg).double()
-        _drop_caches(exact)
-        leaves32, leaves64 = _leaves(inputs, torch.float32), _leaves(inputs, torch.float64)
-        z32 = leaky_relu_inputs(lambda: [call(pyg, leaves32) for _ in range(calls)])
-        z64 = leaky_relu_inputs(lambda: [(exact_call or call)(exact, leaves64) for _ in range(calls)])
-        if clear_of_kink(z32, z64):
-            break
-        inputs = {k: None if v is None else _redraw(v) for k, v in inputs.items()}
-    else:
-        if kinked:
-            raise AssertionError(f"no draw of {KINK_TRIES} kept every score clear of LeakyReLU's kink")
-    exact = copy.deepcopy(pyg).double()
-    _drop_caches(exact)
+    # Only layers with LeakyReLU scores run the extra forwards (other layers' caches are left
+    # as they are).
+    if any(isinstance(m, (pyg_nn.GATConv, pyg_nn.GATv2Conv)) for m in pyg.modules()):
+        inputs = _draw_clear_of_kink(pyg, call, exact_call or call, inputs, calls)
+    exact = _float64_copy(pyg)
     runs = {}
     for key, layer, dtype in [("pyg", pyg, torch.float32), ("ours", ours, torch.float32),
                               ("exact", exact, torch.float64)]:
