@@ -6,8 +6,9 @@
 # as tf32 (torch.backends.cuda.matmul allow_tf32 is not needed: the op is forced), so its rows
 # compare tf32 tiles against float32 CSR, as the spmm(wsb) rows do. EXTRA_TESTS: more test files
 # run whole after the WSB tests (EXTRA_S; e.g. tests/python/test_reduce_weighted.py, whose CUDA
-# cases have never run); EXTRA_SANITIZE: pytest arguments also run under memcheck (SANITIZE_S).
-# Pass GNNIO_COMMIT=<sent commit>.
+# cases have never run), selected by EXTRA_K (pytest -k) if set; EXTRA_SANITIZE: pytest arguments
+# also run under memcheck (SANITIZE_S). DIAG=1: scripts/device_diag_wsb_attention.py (each
+# kernel's time by the profiler, DIAG_ARGS) after the tests. Pass GNNIO_COMMIT=<sent commit>.
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
@@ -20,7 +21,8 @@ if [ "${TEST_S:-200}" -gt 0 ]; then
   echo "tests: $(( $(date +%s) - T0 )) s"
 fi
 if [ -n "${EXTRA_TESTS:-}" ]; then
-  timeout "${EXTRA_S:-120}" python3 -m pytest ${EXTRA_TESTS} -q -p no:cacheprovider > "$OUT/pytest-extra.log" 2>&1
+  timeout "${EXTRA_S:-120}" python3 -m pytest ${EXTRA_TESTS} ${EXTRA_K:+-k "$EXTRA_K"} -q -p no:cacheprovider \
+    > "$OUT/pytest-extra.log" 2>&1
   echo "extra tests: $(( $(date +%s) - T0 )) s"
 fi
 if [ "${SANITIZE_S:-90}" -gt 0 ]; then
@@ -35,6 +37,18 @@ if [ -n "${EXTRA_SANITIZE:-}" ] && [ "${SANITIZE_S:-90}" -gt 0 ]; then
     python3 -m pytest ${EXTRA_SANITIZE} -q -p no:cacheprovider" > "$OUT/sanitizer-extra.log" 2>&1
   echo "extra sanitizer rc $?: $(( $(date +%s) - T0 )) s"
 fi
+if [ "${DIAG:-0}" = 1 ]; then
+  timeout "${DIAG_S:-90}" python3 scripts/device_diag_wsb_attention.py ${DIAG_ARGS:-} > "$OUT/diag-wsb-attention.log" 2>&1
+  echo "diag rc $?: $(( $(date +%s) - T0 )) s"
+fi
+if [ "${NCU_S:-0}" -gt 0 ]; then  # the tile kernels of one float32 forward and backward
+  timeout "$NCU_S" ncu --clock-control none --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+    --section SchedulerStats -k "regex:wsb_attention_(forward|pass)" -c 3 -f -o "$OUT/ncu-wsb-attention" \
+    python3 scripts/device_diag_wsb_attention.py --ncu > "$OUT/ncu-run.log" 2>&1 || echo "ncu: stopped (rc $?)"
+  ncu --import "$OUT/ncu-wsb-attention.ncu-rep" --page details > "$OUT/ncu-wsb-attention.txt" 2>&1
+  echo "ncu: $(( $(date +%s) - T0 )) s"
+fi
 for dtype in ${DTYPES-float32 bfloat16}; do
   timeout "${BENCH_S:-150}" python3 -m gnnio.bench --warmup 3 --repeat 10 --no-plot --compare none \
     --dtype "$dtype" --graphs "${GRAPHS:-blockdiag-1M-16M,grid-1000x1000,uniform-1M-16M,powerlaw-1M-16M,real}" \
@@ -47,5 +61,7 @@ for log in pytest-wsb-attention pytest-extra sanitizer-wsb-attention sanitizer-e
   echo "=== $log"; grep -E "^(FAILED|ERROR)|ERROR SUMMARY" "$OUT/$log.log" | cut -c1-200 | head -20
   tail -1 "$OUT/$log.log" | cut -c1-200
 done
+[ -f "$OUT/diag-wsb-attention.log" ] && { echo "=== diag"; grep -vE "^-+$|^ *$" "$OUT/diag-wsb-attention.log" | cut -c1-200 | head -70; }
+[ -f "$OUT/ncu-wsb-attention.txt" ] && { echo "=== ncu"; grep -E "wsb_attention_[a-z_]*kernel|Duration|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|Est. Speedup" "$OUT/ncu-wsb-attention.txt" | cut -c1-160 | head -60; }
 echo "=== rows"; grep -h "graph_attention(wsb)" "$OUT"/nvidia-h200-wsb-attention-*.md | cut -c1-220
 exit 0  # the summary may grep nothing (a stopped bench): not a failure of the call

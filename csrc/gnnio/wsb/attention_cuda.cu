@@ -28,12 +28,14 @@ namespace wmma = nvcuda::wmma;
 
 constexpr float kSoftmaxEps = 1e-16f;  // PyG's softmax denominator guard
 constexpr unsigned kFullMask = 0xffffffffu;
-// Row pitch of a staged 16 x C block: the widest head plus 16 bytes (4 floats, 8 halves): a
-// multiple of wmma's 4 / 8 elements, every fragment pointer 32-byte aligned, and consecutive
-// rows 4 banks apart.
-template <typename T>
-constexpr int kLd = kWsbAttentionMaxChannels + 16 / int(sizeof(T));
-constexpr int kMaxFrags = kWsbAttentionMaxChannels / 16;
+// kCap: the widest head a build stages (policy.h's channel capacities), a multiple of 16.
+// Row pitch of a staged 16 x C block: kCap plus 16 bytes (4 floats, 8 halves): a multiple of
+// wmma's 4 / 8 elements, every fragment pointer 32-byte aligned, and consecutive rows 4 banks
+// apart.
+template <typename T, int kCap>
+constexpr int kLd = kCap + 16 / int(sizeof(T));
+template <int kCap>
+constexpr int kFrags = kCap / 16;
 
 // P goes into float16 operands times 2^15 (P <= 1, so at most 32768 < 65504), and the products
 // are scaled back by 2^-15 at the store, exactly: unscaled, the weights of a row of thousands of
@@ -44,18 +46,18 @@ constexpr float kPScale = std::is_same_v<T, __half> ? 32768.f : 1.f;
 template <typename T>
 constexpr float kPUnscale = std::is_same_v<T, __half> ? 1.f / 32768.f : 1.f;
 
-template <typename T>
+template <typename T, int kCap>
 struct ForwardSlab {
-  T p[kWsbTileSize];            // P, an MMA operand
-  T rows[kWsbTile * kLd<T>];    // the tile's 16 value rows of one head
+  T p[kWsbTileSize];                // P, an MMA operand
+  T rows[kWsbTile * kLd<T, kCap>];  // the tile's 16 value rows of one head
   float tile[kWsbTileSize];     // a 16 x 16 product, staged for the store
 };
 
-template <typename T>
+template <typename T, int kCap>
 struct BackwardSlab {
   T p[kWsbTileSize];
-  T rows[kWsbTile * kLd<T>];   // value rows (pass A: the tile's sources; pass B: the block's own)
-  T rows2[kWsbTile * kLd<T>];  // dout rows (pass A: the block's own; pass B: the tile's destinations)
+  T rows[kWsbTile * kLd<T, kCap>];   // value rows (pass A: the tile's sources; pass B: the block's own)
+  T rows2[kWsbTile * kLd<T, kCap>];  // dout rows (pass A: the block's own; pass B: the tile's destinations)
   float tile[kWsbTileSize];
 };
 
@@ -66,7 +68,7 @@ __device__ inline float leaky(float z, float slope) { return z > 0.f ? z : __fmu
 // Rows r0 .. r0+15 of a [n, H, C] tensor's head h into a slab block (zeros past n and C, up to
 // the 16-channel multiple the fragments read). vec: the tensor is 16-byte aligned and C a
 // multiple of a 16-byte vector, so a lane moves 16 bytes at a time (a vector never straddles C).
-template <typename T>
+template <typename T, int kCap>
 __device__ void stage_rows(T* dst, const T* src, int64_t r0, int64_t n, int64_t heads, int64_t h,
                            int channels, int c16, int lane, bool vec) {
   if (vec) {
@@ -77,7 +79,7 @@ __device__ void stage_rows(T* dst, const T* src, int64_t r0, int64_t n, int64_t 
       int4 v = make_int4(0, 0, 0, 0);
       if (r0 + r < n && c < channels)
         v = *reinterpret_cast<const int4*>(src + ((r0 + r) * heads + h) * channels + c);
-      *reinterpret_cast<int4*>(dst + r * kLd<T> + c) = v;
+      *reinterpret_cast<int4*>(dst + r * kLd<T, kCap> + c) = v;
     }
     return;
   }
@@ -85,7 +87,7 @@ __device__ void stage_rows(T* dst, const T* src, int64_t r0, int64_t n, int64_t 
   for (int x = lane; x < kWsbTile * c16; x += 32) {
     const int r = x / c16, c = x % c16;
     const bool ok = r0 + r < n && c < channels;
-    dst[r * kLd<T> + c] = ok ? src[((r0 + r) * heads + h) * channels + c] : zero;
+    dst[r * kLd<T, kCap> + c] = ok ? src[((r0 + r) * heads + h) * channels + c] : zero;
   }
 }
 
@@ -105,19 +107,19 @@ using BFrag = wmma::fragment<wmma::matrix_b, 16, 16, MmaTraits<T>::kK,
                              typename MmaTraits<T>::operand, Layout>;
 
 // acc[j] += A (16 x 16, row-major at a, pitch lda) · B[:, 16 j .. 16 j + 15] (row-major at b,
-// pitch kLd<T>), for j < frags.
-template <typename T>
-__device__ void mma_rows(AccFrag<T> (&acc)[kMaxFrags], const T* a, int lda, const T* b, int frags) {
+// pitch kLd<T, kCap>), for j < frags.
+template <typename T, int kCap>
+__device__ void mma_rows(AccFrag<T> (&acc)[kFrags<kCap>], const T* a, int lda, const T* b, int frags) {
   constexpr int kK = MmaTraits<T>::kK;
   for (int k = 0; k < kWsbTile; k += kK) {
     AFrag<T, wmma::row_major> af;
     wmma::load_matrix_sync(af, a + k, lda);
     to_operand<T>(af);
 #pragma unroll
-    for (int j = 0; j < kMaxFrags; ++j) {
+    for (int j = 0; j < kFrags<kCap>; ++j) {
       if (j < frags) {
         BFrag<T, wmma::row_major> bf;
-        wmma::load_matrix_sync(bf, b + k * kLd<T> + j * 16, kLd<T>);
+        wmma::load_matrix_sync(bf, b + k * kLd<T, kCap> + j * 16, kLd<T, kCap>);
         to_operand<T>(bf);
         wmma::mma_sync(acc[j], af, bf, acc[j]);
       }
@@ -125,17 +127,17 @@ __device__ void mma_rows(AccFrag<T> (&acc)[kMaxFrags], const T* a, int lda, cons
   }
 }
 
-// out (16 x 16) = A (16 x C16, row-major, pitch kLd<T>) · Bᵀ for B 16 x C16 row-major (same pitch):
-// the dot products of every row of a with every row of b.
-template <typename T>
+// out (16 x 16) = A (16 x C16, row-major, pitch kLd<T, kCap>) · Bᵀ for B 16 x C16 row-major (same
+// pitch): the dot products of every row of a with every row of b.
+template <typename T, int kCap>
 __device__ void mma_row_dots(AccFrag<T>& out, const T* a, const T* b, int c16) {
   constexpr int kK = MmaTraits<T>::kK;
   wmma::fill_fragment(out, 0.f);
   for (int k = 0; k < c16; k += kK) {
     AFrag<T, wmma::row_major> af;
-    BFrag<T, wmma::col_major> bf;  // element (k', n) of Bᵀ is b[n * kLd<T> + k']
-    wmma::load_matrix_sync(af, a + k, kLd<T>);
-    wmma::load_matrix_sync(bf, b + k, kLd<T>);
+    BFrag<T, wmma::col_major> bf;  // element (k', n) of Bᵀ is b[n * kLd<T, kCap> + k']
+    wmma::load_matrix_sync(af, a + k, kLd<T, kCap>);
+    wmma::load_matrix_sync(bf, b + k, kLd<T, kCap>);
     to_operand<T>(af);
     to_operand<T>(bf);
     wmma::mma_sync(out, af, bf, out);
@@ -184,14 +186,14 @@ __device__ bool work_item(int64_t rows, int64_t heads, int warp, int64_t& block,
   return true;
 }
 
-template <typename T, typename index_t>
+template <typename T, typename index_t, int kCap>
 __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
     wsb_attention_forward_kernel(WsbAttentionParams p, bool vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kWarps = WsbAttentionConfig::kForwardWarps;
-  __shared__ __align__(128) ForwardSlab<T> slabs[kWarps];
+  __shared__ __align__(128) ForwardSlab<T, kCap> slabs[kWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  ForwardSlab<T>& slab = slabs[warp];
+  ForwardSlab<T, kCap>& slab = slabs[warp];
   const Lane ln(lane);
   const auto* block_rowptr = static_cast<const index_t*>(p.block_rowptr);
   const auto* block_col = static_cast<const index_t*>(p.block_col);
@@ -249,9 +251,9 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
   }
 
   // Pass 2: out = P · value with P final.
-  AccFrag<T> acc[kMaxFrags];
+  AccFrag<T> acc[kFrags<kCap>];
 #pragma unroll
-  for (int j = 0; j < kMaxFrags; ++j) wmma::fill_fragment(acc[j], 0.f);
+  for (int j = 0; j < kFrags<kCap>; ++j) wmma::fill_fragment(acc[j], 0.f);
   for (int64_t t = begin; t < end; ++t) {
     const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
     const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
@@ -264,15 +266,15 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
       }
       slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w);
     }
-    stage_rows(slab.rows, value, c0, p.num_src, H, h, C, c16, lane, vec);
+    stage_rows<T, kCap>(slab.rows, value, c0, p.num_src, H, h, C, c16, lane, vec);
     __syncwarp();
-    mma_rows<T>(acc, slab.p, kWsbTile, slab.rows, frags);
+    mma_rows<T, kCap>(acc, slab.p, kWsbTile, slab.rows, frags);
     __syncwarp();  // the slab is written again for the next tile
   }
   auto* out = static_cast<T*>(p.out);
   auto* out_acc = static_cast<float*>(p.out_acc);
 #pragma unroll
-  for (int j = 0; j < kMaxFrags; ++j) {
+  for (int j = 0; j < kFrags<kCap>; ++j) {
     if (j >= frags) break;
     wmma::store_matrix_sync(slab.tile, acc[j], kWsbTile, wmma::mem_row_major);
     __syncwarp();
@@ -313,15 +315,15 @@ __global__ void wsb_attention_delta_kernel(WsbAttentionBackwardParams b) {
 }
 
 // Pass A: d dst_score, by destination block.
-template <typename T, typename index_t>
+template <typename T, typename index_t, int kCap>
 __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
     wsb_attention_pass_a_kernel(WsbAttentionBackwardParams bp, bool vec_value, bool vec_dout) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kWarps = WsbAttentionConfig::kBackwardWarps;
-  __shared__ __align__(128) BackwardSlab<T> slabs[kWarps];
+  __shared__ __align__(128) BackwardSlab<T, kCap> slabs[kWarps];
   const WsbAttentionParams& p = bp.fwd;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  BackwardSlab<T>& slab = slabs[warp];
+  BackwardSlab<T, kCap>& slab = slabs[warp];
   const Lane ln(lane);
   const auto* block_rowptr = static_cast<const index_t*>(p.block_rowptr);
   const auto* block_col = static_cast<const index_t*>(p.block_col);
@@ -339,14 +341,14 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
   const float M = row_ok ? stats[(i * H + h) * 2] : 0.f, S = row_ok ? stats[(i * H + h) * 2 + 1] : 1.f;
   const float D = row_ok ? delta[i * H + h] : 0.f;
-  stage_rows(slab.rows2, dout, b * kWsbTile, p.num_dst, H, h, C, c16, lane, vec_dout);
+  stage_rows<T, kCap>(slab.rows2, dout, b * kWsbTile, p.num_dst, H, h, C, c16, lane, vec_dout);
   float g = 0.f;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
-    stage_rows(slab.rows, value, c0, p.num_src, H, h, C, c16, lane, vec_value);
+    stage_rows<T, kCap>(slab.rows, value, c0, p.num_src, H, h, C, c16, lane, vec_value);
     __syncwarp();
     AccFrag<T> dp;
-    mma_row_dots<T>(dp, slab.rows2, slab.rows, c16);  // dP = dout_block · value_tileᵀ
+    mma_row_dots<T, kCap>(dp, slab.rows2, slab.rows, c16);  // dP = dout_block · value_tileᵀ
     wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
     __syncwarp();
     const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
@@ -369,15 +371,15 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
 }
 
 // Pass B: d src_score and d value, by source block over the transposed tiles.
-template <typename T, typename index_t>
+template <typename T, typename index_t, int kCap>
 __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
     wsb_attention_pass_b_kernel(WsbAttentionBackwardParams bp, bool vec_value, bool vec_dout) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kWarps = WsbAttentionConfig::kBackwardWarps;
-  __shared__ __align__(128) BackwardSlab<T> slabs[kWarps];
+  __shared__ __align__(128) BackwardSlab<T, kCap> slabs[kWarps];
   const WsbAttentionParams& p = bp.fwd;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  BackwardSlab<T>& slab = slabs[warp];
+  BackwardSlab<T, kCap>& slab = slabs[warp];
   const Lane ln(lane);
   const auto* block_rowptr = static_cast<const index_t*>(bp.block_rowptr_t);
   const auto* block_col = static_cast<const index_t*>(bp.block_col_t);
@@ -393,17 +395,17 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   const float *stats = op.stats, *delta = op.delta;
 
   const float ss = row_ok ? to_acc(src_score[j * H + h]) : 0.f;
-  stage_rows(slab.rows, value, sb * kWsbTile, p.num_src, H, h, C, c16, lane, vec_value);
-  AccFrag<T> acc[kMaxFrags];
+  stage_rows<T, kCap>(slab.rows, value, sb * kWsbTile, p.num_src, H, h, C, c16, lane, vec_value);
+  AccFrag<T> acc[kFrags<kCap>];
 #pragma unroll
-  for (int f = 0; f < kMaxFrags; ++f) wmma::fill_fragment(acc[f], 0.f);
+  for (int f = 0; f < kFrags<kCap>; ++f) wmma::fill_fragment(acc[f], 0.f);
   float g = 0.f;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t d0 = int64_t(block_col[t]) * kWsbTile;
-    stage_rows(slab.rows2, dout, d0, p.num_dst, H, h, C, c16, lane, vec_dout);
+    stage_rows<T, kCap>(slab.rows2, dout, d0, p.num_dst, H, h, C, c16, lane, vec_dout);
     __syncwarp();
     AccFrag<T> dp;
-    mma_row_dots<T>(dp, slab.rows, slab.rows2, c16);  // dPᵀ = value_block · dout_tileᵀ
+    mma_row_dots<T, kCap>(dp, slab.rows, slab.rows2, c16);  // dPᵀ = value_block · dout_tileᵀ
     wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
     __syncwarp();
     const float* cnt = bp.count_t + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
@@ -420,7 +422,7 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
       slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w);
     }
     __syncwarp();
-    mma_rows<T>(acc, slab.p, kWsbTile, slab.rows2, frags);  // d value += Pᵀ · dout_tile
+    mma_rows<T, kCap>(acc, slab.p, kWsbTile, slab.rows2, frags);  // d value += Pᵀ · dout_tile
     __syncwarp();
   }
   g += __shfl_xor_sync(kFullMask, g, 1);
@@ -429,7 +431,7 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   if (bp.grad_value) {
     auto* gv = static_cast<T*>(bp.grad_value);
 #pragma unroll
-    for (int f = 0; f < kMaxFrags; ++f) {
+    for (int f = 0; f < kFrags<kCap>; ++f) {
       if (f >= frags) break;
       wmma::store_matrix_sync(slab.tile, acc[f], kWsbTile, wmma::mem_row_major);
       __syncwarp();
@@ -462,15 +464,15 @@ bool vector_rows(const void* base, int64_t channels) {
   return vector_width<T>(channels, {}, {base}) > 1;
 }
 
-template <typename T, typename index_t>
+template <typename T, typename index_t, int kCap>
 void launch_forward(const WsbAttentionParams& p, cudaStream_t stream) {
   constexpr int kWarps = WsbAttentionConfig::kForwardWarps;
-  wsb_attention_forward_kernel<T, index_t><<<grid_of(p.num_dst, p.heads, kWarps), kWarps * 32, 0, stream>>>(
+  wsb_attention_forward_kernel<T, index_t, kCap><<<grid_of(p.num_dst, p.heads, kWarps), kWarps * 32, 0, stream>>>(
       p, vector_rows<T>(p.value, p.channels));
   GNNIO_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename T, typename index_t>
+template <typename T, typename index_t, int kCap>
 void launch_backward(const WsbAttentionBackwardParams& b, cudaStream_t stream) {
   const WsbAttentionParams& p = b.fwd;
   constexpr int kWarps = WsbAttentionConfig::kBackwardWarps;
@@ -483,15 +485,25 @@ void launch_backward(const WsbAttentionBackwardParams& b, cudaStream_t stream) {
     GNNIO_CUDA_CHECK(cudaGetLastError());
   }
   if (b.grad_dst_score && p.num_dst > 0) {
-    wsb_attention_pass_a_kernel<T, index_t><<<grid_of(p.num_dst, p.heads, kWarps), kWarps * 32, 0, stream>>>(
+    wsb_attention_pass_a_kernel<T, index_t, kCap><<<grid_of(p.num_dst, p.heads, kWarps), kWarps * 32, 0, stream>>>(
         b, vec_value, vec_dout);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   }
   if ((b.grad_src_score || b.grad_value) && p.num_src > 0) {
-    wsb_attention_pass_b_kernel<T, index_t><<<grid_of(p.num_src, p.heads, kWarps), kWarps * 32, 0, stream>>>(
+    wsb_attention_pass_b_kernel<T, index_t, kCap><<<grid_of(p.num_src, p.heads, kWarps), kWarps * 32, 0, stream>>>(
         b, vec_value, vec_dout);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   }
+}
+
+// The channel capacity a head of `channels` is staged with (policy.h): the narrow slabs where
+// they fit, so more warps share an SM.
+template <typename Fn>
+void dispatch_capacity(int64_t channels, Fn&& fn) {
+  if (channels <= WsbAttentionConfig::kNarrowChannels)
+    fn(std::integral_constant<int, WsbAttentionConfig::kNarrowChannels>{});
+  else
+    fn(std::integral_constant<int, kWsbAttentionMaxChannels>{});
 }
 
 template <typename Fn>
@@ -516,7 +528,9 @@ void wsb_attention_forward_cuda(const WsbAttentionParams& p, void* stream) {
   GNNIO_CHECK(p.channels <= kWsbAttentionMaxChannels, ErrorKind::kInvalidArgument,
               "wsb_attention: at most ", kWsbAttentionMaxChannels, " channels a head, got ", p.channels);
   dispatch_tensor_core(p.scalar_type, p.index_type, [&](auto scalar, auto index) {
-    launch_forward<decltype(scalar), decltype(index)>(p, static_cast<cudaStream_t>(stream));
+    dispatch_capacity(p.channels, [&](auto cap) {
+      launch_forward<decltype(scalar), decltype(index), decltype(cap)::value>(p, static_cast<cudaStream_t>(stream));
+    });
   });
 }
 
@@ -526,7 +540,9 @@ void wsb_attention_backward_cuda(const WsbAttentionBackwardParams& b, void* stre
               "wsb_attention: at most ", kWsbAttentionMaxChannels, " channels a head, got ",
               b.fwd.channels);
   dispatch_tensor_core(b.fwd.scalar_type, b.fwd.index_type, [&](auto scalar, auto index) {
-    launch_backward<decltype(scalar), decltype(index)>(b, static_cast<cudaStream_t>(stream));
+    dispatch_capacity(b.fwd.channels, [&](auto cap) {
+      launch_backward<decltype(scalar), decltype(index), decltype(cap)::value>(b, static_cast<cudaStream_t>(stream));
+    });
   });
 }
 
