@@ -26,10 +26,12 @@ def test_cuda_against_float64(name, ei, ns, nd, dst, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("heads,channels", [(1, 1), (4, 16), (5, 7), (9, 32), (2, 100), (2, 128)])
+@pytest.mark.parametrize("heads,channels", [(1, 1), (4, 16), (5, 7), (9, 32), (3, 33), (2, 100),
+                                             (2, 128)])
 def test_cuda_heads_and_channels(heads, channels, dtype):
-    # Channels a fragment cuts (1, 7, 100), whole fragments (16, 32, 128: the most a head may
-    # have), and more heads than the forward's 4 and the backward's 2 warps (5, 9).
+    # Channels a fragment cuts (1, 7, 33, 100), whole fragments (16, 32, 128: the most a head may
+    # have), and more heads than the forward's 4 and the backward's 2 warps (5, 9). The narrow
+    # build (policy.h kNarrowChannels) runs up to 32 channels, the wide one from 33.
     ei = torch.randint(0, 300, (2, 6000))
     g = gnnio.Graph(ei.cuda(), num_nodes=300)
     check_op(wsb_op(g, 0.3), ei, 300, 300, heads, channels, dtype, "cuda", slope=0.3)
