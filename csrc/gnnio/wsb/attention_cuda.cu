@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "gnnio/common/convert.cuh"
+#include "gnnio/common/cp_async.cuh"
 #include "gnnio/common/cuda_check.h"
 #include "gnnio/common/vec.cuh"
 #include "gnnio/wsb/attention.h"
@@ -65,9 +66,11 @@ struct BackwardSlab {
 // form the same e from the same z whatever nvcc contracts around it.
 __device__ inline float leaky(float z, float slope) { return z > 0.f ? z : __fmul_rn(z, slope); }
 
-// Rows r0 .. r0+15 of a [n, H, C] tensor's head h into a slab block (zeros past n and C, up to
-// the 16-channel multiple the fragments read). vec: the tensor is 16-byte aligned and C a
-// multiple of a 16-byte vector, so a lane moves 16 bytes at a time (a vector never straddles C).
+// Starts staging rows r0 .. r0+15 of a [n, H, C] tensor's head h into a slab block (zeros past n
+// and C, up to the 16-channel multiple the fragments read); staged() waits for it. vec: the
+// tensor is 16-byte aligned and C a multiple of a 16-byte vector, so a lane moves 16 bytes at a
+// time (a vector never straddles C) with cp.async, and the warp goes on while they land; the
+// element path stores as it loads.
 template <typename T, int kCap>
 __device__ void stage_rows(T* dst, const T* src, int64_t r0, int64_t n, int64_t heads, int64_t h,
                            int channels, int c16, int lane, bool vec) {
@@ -76,10 +79,8 @@ __device__ void stage_rows(T* dst, const T* src, int64_t r0, int64_t n, int64_t 
     const int per_row = c16 / kV;
     for (int x = lane; x < kWsbTile * per_row; x += 32) {
       const int r = x / per_row, c = (x % per_row) * kV;
-      int4 v = make_int4(0, 0, 0, 0);
-      if (r0 + r < n && c < channels)
-        v = *reinterpret_cast<const int4*>(src + ((r0 + r) * heads + h) * channels + c);
-      *reinterpret_cast<int4*>(dst + r * kLd<T, kCap> + c) = v;
+      const bool ok = r0 + r < n && c < channels;
+      cp_async16(dst + r * kLd<T, kCap> + c, ok ? src + ((r0 + r) * heads + h) * channels + c : src, ok);
     }
     return;
   }
@@ -89,6 +90,12 @@ __device__ void stage_rows(T* dst, const T* src, int64_t r0, int64_t n, int64_t 
     const bool ok = r0 + r < n && c < channels;
     dst[r * kLd<T, kCap> + c] = ok ? src[((r0 + r) * heads + h) * channels + c] : zero;
   }
+}
+
+// The warp's staged rows are in its slab, for every lane.
+__device__ inline void staged() {
+  cp_async_wait_all();
+  __syncwarp();
 }
 
 template <typename T>
@@ -208,6 +215,9 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
   const float slope = op.slope;
   const T *src_score = op.src_score, *dst_score = op.dst_score, *value = op.value;
 
+  // The first tile's value rows are in flight through pass 1, each next tile's while its P is formed.
+  if (begin < end)
+    stage_rows<T, kCap>(slab.rows, value, int64_t(block_col[begin]) * kWsbTile, p.num_src, H, h, C, c16, lane, vec);
   const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
   // Pass 1: the row's max and sum from the scores alone.
   float m = -INFINITY, s = 0.f;
@@ -266,10 +276,12 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
       }
       slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w);
     }
-    stage_rows<T, kCap>(slab.rows, value, c0, p.num_src, H, h, C, c16, lane, vec);
-    __syncwarp();
+    staged();
     mma_rows<T, kCap>(acc, slab.p, kWsbTile, slab.rows, frags);
     __syncwarp();  // the slab is written again for the next tile
+    if (t + 1 < end)
+      stage_rows<T, kCap>(slab.rows, value, int64_t(block_col[t + 1]) * kWsbTile, p.num_src, H, h, C, c16,
+                          lane, vec);
   }
   auto* out = static_cast<T*>(p.out);
   auto* out_acc = static_cast<float*>(p.out_acc);
@@ -341,16 +353,24 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
   const float M = row_ok ? stats[(i * H + h) * 2] : 0.f, S = row_ok ? stats[(i * H + h) * 2 + 1] : 1.f;
   const float D = row_ok ? delta[i * H + h] : 0.f;
-  stage_rows<T, kCap>(slab.rows2, dout, b * kWsbTile, p.num_dst, H, h, C, c16, lane, vec_dout);
+  // The block's dout rows and the first tile's value rows load together; each next tile's value
+  // rows while this tile's score gradients are formed.
+  if (begin < end) {
+    stage_rows<T, kCap>(slab.rows2, dout, b * kWsbTile, p.num_dst, H, h, C, c16, lane, vec_dout);
+    stage_rows<T, kCap>(slab.rows, value, int64_t(block_col[begin]) * kWsbTile, p.num_src, H, h, C, c16,
+                        lane, vec_value);
+  }
   float g = 0.f;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
-    stage_rows<T, kCap>(slab.rows, value, c0, p.num_src, H, h, C, c16, lane, vec_value);
-    __syncwarp();
+    staged();
     AccFrag<T> dp;
     mma_row_dots<T, kCap>(dp, slab.rows2, slab.rows, c16);  // dP = dout_block · value_tileᵀ
     wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
-    __syncwarp();
+    __syncwarp();  // the tile for every lane; the value rows free
+    if (t + 1 < end)
+      stage_rows<T, kCap>(slab.rows, value, int64_t(block_col[t + 1]) * kWsbTile, p.num_src, H, h, C, c16,
+                          lane, vec_value);
     const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
@@ -361,7 +381,7 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
         g += z > 0.f ? de : de * slope;
       }
     }
-    __syncwarp();  // rows and tile are written again for the next tile
+    __syncwarp();  // the tile is written again for the next tile
   }
   g += __shfl_xor_sync(kFullMask, g, 1);
   if ((lane & 1) == 0 && row_ok) static_cast<T*>(bp.grad_dst_score)[i * H + h] = from_acc<T>(g);
@@ -395,15 +415,19 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   const float *stats = op.stats, *delta = op.delta;
 
   const float ss = row_ok ? to_acc(src_score[j * H + h]) : 0.f;
-  stage_rows<T, kCap>(slab.rows, value, sb * kWsbTile, p.num_src, H, h, C, c16, lane, vec_value);
+  // The block's value rows and the first tile's dout rows load together.
+  if (begin < end) {
+    stage_rows<T, kCap>(slab.rows, value, sb * kWsbTile, p.num_src, H, h, C, c16, lane, vec_value);
+    stage_rows<T, kCap>(slab.rows2, dout, int64_t(block_col[begin]) * kWsbTile, p.num_dst, H, h, C, c16,
+                        lane, vec_dout);
+  }
   AccFrag<T> acc[kFrags<kCap>];
 #pragma unroll
   for (int f = 0; f < kFrags<kCap>; ++f) wmma::fill_fragment(acc[f], 0.f);
   float g = 0.f;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t d0 = int64_t(block_col[t]) * kWsbTile;
-    stage_rows<T, kCap>(slab.rows2, dout, d0, p.num_dst, H, h, C, c16, lane, vec_dout);
-    __syncwarp();
+    staged();
     AccFrag<T> dp;
     mma_row_dots<T, kCap>(dp, slab.rows, slab.rows2, c16);  // dPᵀ = value_block · dout_tileᵀ
     wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
@@ -423,7 +447,10 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
     }
     __syncwarp();
     mma_rows<T, kCap>(acc, slab.p, kWsbTile, slab.rows2, frags);  // d value += Pᵀ · dout_tile
-    __syncwarp();
+    __syncwarp();  // the slab is written again for the next tile
+    if (t + 1 < end)
+      stage_rows<T, kCap>(slab.rows2, dout, int64_t(block_col[t + 1]) * kWsbTile, p.num_dst, H, h, C, c16,
+                          lane, vec_dout);
   }
   g += __shfl_xor_sync(kFullMask, g, 1);
   if ((lane & 1) == 0 && row_ok && bp.grad_src_score)

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "gnnio/common/convert.cuh"
+#include "gnnio/common/cp_async.cuh"
 #include "gnnio/common/cuda_check.h"
 #include "gnnio/common/vec.cuh"
 #include "gnnio/wsb/mma.cuh"
@@ -17,27 +18,6 @@ namespace gnnio {
 namespace {
 
 namespace wmma = nvcuda::wmma;
-
-// cp.async (sm_80+): 16 bytes global -> shared without a register round trip, so the next
-// tile's loads are in flight while the current tile is multiplied. src_bytes 0 writes zeros
-// (rows past the matrix, features past the width).
-__device__ inline void cp_async16(void* smem, const void* gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-               "r"(valid ? 16 : 0));
-#endif
-}
-__device__ inline void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-__device__ inline void cp_async_wait_all_but_newest() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 1;\n" ::);
-#endif
-}
 
 // One CTA per (block row b, chunk of WsbSpmmConfig::kChunk features). For each tile of the
 // block row, in order: the 16 x 16 tile and the 16 x kChunk block of x rows it multiplies are
