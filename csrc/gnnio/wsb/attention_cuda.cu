@@ -363,6 +363,19 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   float g = 0.f;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
+    // The weights need no staged row: formed while the value rows land.
+    const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
+    float w[8];
+    unsigned positive = 0;  // z > 0 of each slot: LeakyReLU's branch in the score gradient
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      w[q] = 0.f;
+      if (cnt[q] > 0.f) {
+        const float z = to_acc(src_score[(c0 + ln.cb + q) * H + h]) + sd;
+        w[q] = cnt[q] * expf(leaky(z, slope) - M) / S;
+        positive |= unsigned(z > 0.f) << q;
+      }
+    }
     staged();
     AccFrag<T> dp;
     mma_row_dots<T, kCap>(dp, slab.rows2, slab.rows, c16);  // dP = dout_block · value_tileᵀ
@@ -371,14 +384,11 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
     if (t + 1 < end)
       stage_rows<T, kCap>(slab.rows, value, int64_t(block_col[t + 1]) * kWsbTile, p.num_src, H, h, C, c16,
                           lane, vec_value);
-    const float* cnt = p.count + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       if (cnt[q] > 0.f) {
-        const float z = to_acc(src_score[(c0 + ln.cb + q) * H + h]) + sd;
-        const float w = cnt[q] * expf(leaky(z, slope) - M) / S;
-        const float de = w * (slab.tile[ln.r * kWsbTile + ln.cb + q] - D);
-        g += z > 0.f ? de : de * slope;
+        const float de = w[q] * (slab.tile[ln.r * kWsbTile + ln.cb + q] - D);
+        g += (positive >> q & 1u) ? de : de * slope;
       }
     }
     __syncwarp();  // the tile is written again for the next tile
@@ -427,25 +437,35 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   float g = 0.f;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t d0 = int64_t(block_col[t]) * kWsbTile;
-    staged();
+    // Pᵀ needs no staged row: formed (and written to the slab, free since the last tile's
+    // products) while the dout rows land.
+    const float* cnt = bp.count_t + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
+    float w[8];
+    unsigned positive = 0;  // z > 0 of each slot: LeakyReLU's branch in the score gradient
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      w[q] = 0.f;
+      if (cnt[q] > 0.f) {
+        const int64_t i = d0 + ln.cb + q;
+        const float z = dst_score ? ss + to_acc(dst_score[i * H + h]) : ss;
+        w[q] = cnt[q] * expf(leaky(z, slope) - stats[(i * H + h) * 2]) / stats[(i * H + h) * 2 + 1];
+        positive |= unsigned(z > 0.f) << q;
+      }
+      slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w[q]);
+    }
+    staged();  // the dout rows, and Pᵀ for every lane
     AccFrag<T> dp;
     mma_row_dots<T, kCap>(dp, slab.rows, slab.rows2, c16);  // dPᵀ = value_block · dout_tileᵀ
     wmma::store_matrix_sync(slab.tile, dp, kWsbTile, wmma::mem_row_major);
     __syncwarp();
-    const float* cnt = bp.count_t + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
-      float w = 0.f;
       if (cnt[q] > 0.f) {
         const int64_t i = d0 + ln.cb + q;
-        const float z = dst_score ? ss + to_acc(dst_score[i * H + h]) : ss;
-        w = cnt[q] * expf(leaky(z, slope) - stats[(i * H + h) * 2]) / stats[(i * H + h) * 2 + 1];
-        const float de = w * (slab.tile[ln.r * kWsbTile + ln.cb + q] - delta[i * H + h]);
-        g += z > 0.f ? de : de * slope;
+        const float de = w[q] * (slab.tile[ln.r * kWsbTile + ln.cb + q] - delta[i * H + h]);
+        g += (positive >> q & 1u) ? de : de * slope;
       }
-      slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w);
     }
-    __syncwarp();
     mma_rows<T, kCap>(acc, slab.p, kWsbTile, slab.rows2, frags);  // d value += Pᵀ · dout_tile
     __syncwarp();  // the slab is written again for the next tile
     if (t + 1 < end)
@@ -491,9 +511,19 @@ bool vector_rows(const void* base, int64_t channels) {
   return vector_width<T>(channels, {}, {base}) > 1;
 }
 
+// A head wider than the build's capacity would read past its slab: dispatch_capacity's rule,
+// checked where the build is launched.
+template <int kCap>
+void check_capacity(int64_t channels) {
+  static_assert(kCap % 16 == 0 && kCap <= kWsbAttentionMaxChannels, "whole fragments, within the widest head");
+  GNNIO_CHECK(channels <= kCap, ErrorKind::kInternal, "wsb_attention: ", channels,
+              " channels a head in a build for ", kCap);
+}
+
 template <typename T, typename index_t, int kCap>
 void launch_forward(const WsbAttentionParams& p, cudaStream_t stream) {
   constexpr int kWarps = WsbAttentionConfig::kForwardWarps;
+  check_capacity<kCap>(p.channels);
   wsb_attention_forward_kernel<T, index_t, kCap><<<grid_of(p.num_dst, p.heads, kWarps), kWarps * 32, 0, stream>>>(
       p, vector_rows<T>(p.value, p.channels));
   GNNIO_CUDA_CHECK(cudaGetLastError());
@@ -503,6 +533,7 @@ template <typename T, typename index_t, int kCap>
 void launch_backward(const WsbAttentionBackwardParams& b, cudaStream_t stream) {
   const WsbAttentionParams& p = b.fwd;
   constexpr int kWarps = WsbAttentionConfig::kBackwardWarps;
+  check_capacity<kCap>(p.channels);
   const bool vec_value = vector_rows<T>(p.value, p.channels);
   const bool vec_dout = vector_rows<T>(b.grad_out, p.channels);
   if (p.num_dst > 0) {

@@ -25,10 +25,10 @@ struct WsbSddmmConfig {
 // GAT attention on tiles (attention.h): one warp per work item (block row, head) of the
 // forward and pass A, (source block, head) of pass B, kWarps items a CTA (so a CTA serves
 // several block rows when there are fewer heads than warps). A warp stages its head's 16 x C
-// blocks (padded to 16) in its own shared-memory slab sized for a channel capacity: 10.5 KiB
-// (float32) in the forward, 18.8 KiB in the backward, which holds two such blocks, at
+// blocks (padded to 16) in its own shared-memory slab sized for a channel capacity: 10.25 KiB
+// (float32) in the forward, 18.5 KiB in the backward, which holds two such blocks, at
 // kWsbAttentionMaxChannels. Within 48 KB of static shared memory: 4 warps forward, 2 backward.
-// Heads of at most kNarrowChannels run a second build whose slabs (4.3 / 6.6 KiB) and
+// Heads of at most kNarrowChannels run a second build whose slabs (4.25 / 6.5 KiB) and
 // accumulator fragments (2 instead of 8) are sized for them: the kernels wait on memory one
 // tile at a time, so the warps an SM holds set their speed, and the wide build's registers and
 // slabs held 16 (forward) and 12 (backward) a SM at 32 channels (bench/NOTES.md, WSB attention v2).
@@ -36,6 +36,7 @@ struct WsbAttentionConfig {
   static constexpr int kForwardWarps = 4;
   static constexpr int kBackwardWarps = 2;
   static constexpr int kNarrowChannels = 32;
+  static_assert(kNarrowChannels % 16 == 0, "a capacity is whole 16-wide fragments");
 };
 
 }  // namespace gnnio
