@@ -25,11 +25,39 @@ def test_cuda_against_float64(name, ei, ns, nd, dst, dtype):
     check_op(wsb_op(g), ei, ns, nd, 3, 20, dtype, "cuda", dst=dst)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name,ei,ns,nd", CASES, ids=IDS)
+def test_cuda_wide_build_against_float64(name, ei, ns, nd, dtype):
+    # 40 channels a head: the wide build (policy.h kNarrowChannels) on the same awkward shapes
+    # (empty block rows, partial tiles, bipartite), with 16-bit rows staged as vectors that end
+    # in zero-filled channels (40 = 5 vectors of 8).
+    g = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    check_op(wsb_op(g), ei, ns, nd, 2, 40, dtype, "cuda")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("heads,channels", [(1, 1), (4, 16), (5, 7), (9, 32), (3, 33), (2, 100),
-                                             (2, 128)])
+@pytest.mark.parametrize("channels", [32, 40])
+def test_cuda_misaligned_value_rows(channels, dtype):
+    # value one element off 16-byte alignment: its rows are staged element by element while dout's
+    # go through cp.async (the two paths in one call), in both builds.
+    ei = torch.randint(0, 300, (2, 6000))
+    g = gnnio.Graph(ei.cuda(), num_nodes=300)
+    op = wsb_op(g)
+
+    def misaligned(value, src_score, dst_score):
+        shifted = torch.cat([value.new_zeros(1), value.flatten()])[1:].view_as(value)
+        assert shifted.data_ptr() % 16 != 0
+        return op(shifted, src_score, dst_score)
+
+    check_op(misaligned, ei, 300, 300, 2, channels, dtype, "cuda")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("heads,channels", [(1, 1), (4, 16), (5, 7), (3, 24), (9, 32), (3, 33),
+                                             (2, 40), (2, 100), (2, 128)])
 def test_cuda_heads_and_channels(heads, channels, dtype):
-    # Channels a fragment cuts (1, 7, 33, 100), whole fragments (16, 32, 128: the most a head may
+    # Channels a fragment cuts (1, 7, 24, 33, 40, 100; 24 and 40 are whole 16-bit vectors, staged
+    # by cp.async with zero-filled channels), whole fragments (16, 32, 128: the most a head may
     # have), and more heads than the forward's 4 and the backward's 2 warps (5, 9). The narrow
     # build (policy.h kNarrowChannels) runs up to 32 channels, the wide one from 33.
     ei = torch.randint(0, 300, (2, 6000))
