@@ -237,17 +237,25 @@ def plan_attention(graph, width: int, backward: bool = False,
 
 # GAT attention on WSB tiles against the fused CSR kernels. The tile kernels cost about the same
 # per tile whatever it holds, the CSR kernels per edge, so the choice is a threshold on the edges
-# per tile. Measured on the H200 (commit 4cd5c09, 4 heads x 32; bench/NOTES.md "WSB attention"):
-# blockdiag-1M-16M (256 edges a tile) tiles 1.98x / 1.36x the CSR kernels (float32 as tf32,
-# forward / forward+backward), 2.36x / 1.76x in bfloat16; grid-1000x1000 (9.2) 0.20x / 0.15x and
-# 0.22x / 0.21x; uniform and powerlaw-1M-16M (1.0-1.6) 0.01-0.03x. The thresholds are the break-even
-# of blockdiag's per-tile and per-edge times (its full tiles are the dearest per tile; grid's give
-# 42-60), so a graph is sent to the tiles only where the measured locally dense case says they
-# win. float16 is taken as bfloat16 (not measured). Width is not in the rule (both kernels' work
-# grows with heads x channels; not measured at other widths).
-WSB_ATTENTION_MIN_EDGES_PER_TILE = {torch.float32: 130.0, torch.bfloat16: 110.0, torch.float16: 110.0}
-WSB_ATTENTION_MIN_EDGES_PER_TILE_TRAINING = {torch.float32: 190.0, torch.bfloat16: 150.0,
-                                             torch.float16: 150.0}
+# per tile: the break-even of blockdiag-1M-16M's per-tile and per-edge times (its full tiles are
+# the dearest per tile; grid-1000x1000's give 29-60), 4 heads x 32 (bench/NOTES.md "WSB
+# attention"). Heads of up to 32 channels run the narrow build (csrc/gnnio/wsb/policy.h),
+# measured on an H100 at f4c2204: tiles 3.08x / 2.03x the CSR kernels (float32 as tf32, forward /
+# forward+backward), 3.33x / 2.54x in bfloat16; grid 0.32x / 0.26x and 0.35x / 0.32x; break-even
+# 83 / 126 (float32) and 77 / 101 (bfloat16) edges a tile, rounded up. Wider heads run the wide
+# build, whose only measurement is v1's (H200, 4cd5c09, before the narrow build and the cp.async
+# staging: 1.98x / 1.36x and 2.36x / 1.76x at 32 channels): its break-even points, the
+# conservative side for a build that has since only gained. float16 is taken as bfloat16 (not
+# measured).
+WSB_ATTENTION_MIN_EDGES_PER_TILE = {torch.float32: 85.0, torch.bfloat16: 80.0, torch.float16: 80.0}
+WSB_ATTENTION_MIN_EDGES_PER_TILE_TRAINING = {torch.float32: 130.0, torch.bfloat16: 105.0,
+                                             torch.float16: 105.0}
+WSB_ATTENTION_WIDE_MIN_EDGES_PER_TILE = {torch.float32: 130.0, torch.bfloat16: 110.0,
+                                         torch.float16: 110.0}
+WSB_ATTENTION_WIDE_MIN_EDGES_PER_TILE_TRAINING = {torch.float32: 190.0, torch.bfloat16: 150.0,
+                                                  torch.float16: 150.0}
+# policy.h's kNarrowChannels: heads up to this width run the narrow build.
+WSB_ATTENTION_NARROW_CHANNELS = 32
 # Every measurement was on graphs of 10^6 rows; smaller ones (launch-bound, not measured) stay on
 # the CSR kernels.
 WSB_ATTENTION_MIN_ROWS = 1 << 16
@@ -269,7 +277,9 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
     plan_attention) or 'wsb' (16 x 16 tiles, gnnio/wsb_attention.py). The argument wins;
     otherwise GNNIO_ATTENTION_BACKEND=csr|wsb|auto. Auto: on CUDA, WSB where the graph's
     ``edges_per_tile`` reaches WSB_ATTENTION_MIN_EDGES_PER_TILE[dtype] (``_TRAINING`` when a
-    backward follows), float32 only where torch allows tf32 matmuls (PyG parity otherwise);
+    backward follows) for heads of up to WSB_ATTENTION_NARROW_CHANNELS channels, the
+    ``WSB_ATTENTION_WIDE_`` tables for wider heads or when ``channels`` is not given, float32
+    only where torch allows tf32 matmuls (PyG parity otherwise);
     'csr' without a graph (other kinds, or a call the tiles cannot run), on the CPU, for float64,
     under WSB_ATTENTION_MIN_ROWS rows, under WSB_ATTENTION_MIN_CHANNELS channels a head, and
     where a block row holds more than WSB_ATTENTION_MAX_TILES_PER_BLOCK_ROW tiles (a super node
@@ -282,7 +292,12 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
         return "csr", "csr: WSB attention takes kind 'gat'"
     if (device_type or graph.device.type) != "cuda":
         return "csr", "csr: on the CPU the tile kernels are a reference, not a faster path"
-    table = WSB_ATTENTION_MIN_EDGES_PER_TILE_TRAINING if training else WSB_ATTENTION_MIN_EDGES_PER_TILE
+    narrow = channels is not None and channels <= WSB_ATTENTION_NARROW_CHANNELS
+    if narrow:
+        table = WSB_ATTENTION_MIN_EDGES_PER_TILE_TRAINING if training else WSB_ATTENTION_MIN_EDGES_PER_TILE
+    else:  # the wide build, or a width not given: the conservative table
+        table = (WSB_ATTENTION_WIDE_MIN_EDGES_PER_TILE_TRAINING if training
+                 else WSB_ATTENTION_WIDE_MIN_EDGES_PER_TILE)
     threshold = table.get(dtype)
     if threshold is None:
         return "csr", f"csr: {_DTYPE_NAMES.get(dtype, dtype)} does not run on tensor-core tiles"
@@ -298,7 +313,7 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
     if dtype == torch.float32 and not _tf32_allowed():
         return "csr", ("csr: float32 tiles would multiply in tf32, which torch.backends.cuda.matmul "
                        "does not allow now (PyG's float32 numerics)")
-    key = ("attention-wsb", dtype, bool(training))  # channels are checked above, not a key
+    key = ("attention-wsb", dtype, bool(training), narrow)  # channels: only the build's table
     hit = None if (compiling or torch.compiler.is_compiling()) else _memo_hit(graph, key)
     if hit is not None:
         return hit
@@ -326,8 +341,9 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
                                    f"; one warp walks it) though the graph averages {ept:.1f} edges "
                                    f"per tile")
             return "wsb", (f"wsb: {ept:.1f} edges per 16 x 16 tile >= {threshold:g} ({when}, "
-                           f"{_DTYPE_NAMES.get(dtype, dtype)}; H200: tiles 1.98x / 1.36x the CSR "
-                           f"kernels at 256 edges a tile in float32, 2.36x / 1.76x in bfloat16)")
+                           f"{_DTYPE_NAMES.get(dtype, dtype)}; at 256 edges a tile and 32 channels "
+                           f"a head the tiles ran 3.08x / 2.03x the CSR kernels in float32, "
+                           f"3.33x / 2.54x in bfloat16, on an H100)")
         return "csr", (f"csr: {ept:.1f} edges per 16 x 16 tile < {threshold:g} ({when}, "
                        f"{_DTYPE_NAMES.get(dtype, dtype)}; H200: tiles 0.20x the CSR kernels at "
                        f"9.2 edges a tile, 0.01-0.03x at 1-1.6)")

@@ -255,7 +255,9 @@ def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
 
 
 def _plan_attention_layer(graph, width, training, common, kind) -> Plan:
-    # Heads are unknown here: the rule's channels-a-head condition applies at the call.
+    # Heads are unknown here: the rule's channels-a-head condition applies at the call, and so
+    # does the narrow build's lower break-even (heads of <= 32 channels); the plan reports the
+    # wide build's, the conservative side.
     backend, why = _policy.attention_backend(
         None, graph=graph if kind == "gat" else None, dtype=common["dtype"], training=training,
         device_type="cuda")

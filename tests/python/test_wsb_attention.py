@@ -212,8 +212,9 @@ def _diagonal_tiles(blocks, full):
 
 
 def test_auto_picks_tiles_by_edges_per_tile(monkeypatch):
-    # The measured break-even (plan.WSB_ATTENTION_MIN_EDGES_PER_TILE): 128 edges a tile is above
-    # the 16-bit inference threshold (110) and below its training one (150) and float32's (130).
+    # The measured break-even (plan.WSB_ATTENTION_WIDE_MIN_EDGES_PER_TILE, taken when the width is
+    # not given): 128 edges a tile is above the 16-bit inference threshold (110) and below its
+    # training one (150) and float32's (130).
     monkeypatch.delenv("GNNIO_ATTENTION_BACKEND", raising=False)
     blocks = gnnio.plan.WSB_ATTENTION_MIN_ROWS // 16
     g = gnnio.Graph(*_diagonal_tiles(blocks, full=False))
@@ -228,6 +229,17 @@ def test_auto_picks_tiles_by_edges_per_tile(monkeypatch):
         assert backend == "csr" and "128.0 edges per 16 x 16 tile < 150 (training" in why
     monkeypatch.setattr(gnnio.plan, "_tf32_allowed", lambda: True)
     assert choice(torch.float32)[0] == "csr"  # 128 < 130
+    # Heads of <= 32 channels run the narrow build, whose break-even is lower (85 / 130 float32,
+    # 80 / 105 16-bit); 33 channels are the wide build's again.
+    narrow = dict(graph=g, device_type="cuda", channels=32)
+    backend, why = attention_backend(None, dtype=torch.float32, **narrow)
+    assert backend == "wsb" and ">= 85 (inference" in why
+    assert attention_backend(None, dtype=torch.float32, training=True, **narrow)[0] == "csr"  # < 130
+    backend, why = attention_backend(None, dtype=torch.bfloat16, training=True, **narrow)
+    assert backend == "wsb" and ">= 105 (training" in why
+    wide = dict(graph=g, device_type="cuda", channels=33)
+    assert attention_backend(None, dtype=torch.float32, **wide)[0] == "csr"  # 128 < 130
+    assert attention_backend(None, dtype=torch.bfloat16, training=True, **wide)[0] == "csr"  # < 150
     dense = gnnio.Graph(*_diagonal_tiles(blocks, full=True))
     assert attention_backend(None, graph=dense, dtype=torch.float32, device_type="cuda")[0] == "wsb"
     small = gnnio.Graph(*_diagonal_tiles(64, full=True))  # 1,024 rows: not measured, CSR
