@@ -388,7 +388,7 @@ class Graph:
 
     # -- the planner --------------------------------------------------------------------------
     def plan(self, layer, features: int = 128, dtype: torch.dtype = torch.float32, *,
-             training: bool = True, backend: Optional[str] = None):
+             training: bool = True, backend: Optional[str] = None, heads: Optional[int] = None):
         """What gnnio runs for ``layer`` on this graph, and why: a :class:`gnnio.plan_layer.Plan`
         (``str(plan)`` prints it). ``layer`` is a family (``'spmm'``, ``'reduce'``,
         ``'attention'``), an op (``'spmm(mean)'``, ``'segment_reduce(max)'``,
@@ -398,13 +398,17 @@ class Graph:
         ``features`` is the aggregated width (heads x channels for attention), ``training``
         (a call whose input needs a gradient) adds the backward pass's split and SpMM's
         small-graph training thresholds, ``backend`` forces the SpMM backend as in
-        :func:`gnnio.ops.spmm`. The choice reads cheap cached statistics (degrees, tile counts),
+        :func:`gnnio.ops.spmm`, ``heads`` (attention; an attention layer instance gives its own)
+        makes the plan see ``features // heads`` channels a head as a call does (GAT on tiles
+        has a lower break-even for heads of <= 32 channels and is not picked under 32; without
+        heads the plan takes the wider heads' thresholds). The choice reads cheap cached statistics (degrees, tile counts),
         is deterministic and is the same on a CPU graph: ``backend`` says what CUDA runs,
         ``cpu_backend`` what the CPU runs. Layers that add self loops (GCNConv, GATConv,
         GATv2Conv) are planned on the graph with them. Raises ValueError for an unknown name."""
         from gnnio.plan_layer import plan_layer
 
-        return plan_layer(self, layer, features, dtype, training=training, backend=backend)
+        return plan_layer(self, layer, features, dtype, training=training, backend=backend,
+                          heads=heads)
 
     # -- GCN normalisation --------------------------------------------------------------------
     def with_remaining_self_loops(self) -> Tuple["Graph", torch.Tensor, torch.Tensor]:

@@ -134,7 +134,8 @@ def _check_dtype(dtype) -> torch.dtype:
 
 
 def plan_layer(graph, layer, features: int = 128, dtype=torch.float32, *,
-               training: bool = True, backend: Optional[str] = None) -> Plan:
+               training: bool = True, backend: Optional[str] = None,
+               heads: Optional[int] = None) -> Plan:
     """:meth:`gnnio.Graph.plan`."""
     display, family, kind, loops = _resolve_name(layer)
     dtype = _check_dtype(dtype)
@@ -142,6 +143,13 @@ def plan_layer(graph, layer, features: int = 128, dtype=torch.float32, *,
         raise ValueError(f"features must be an int >= 0, got {features!r}")
     if backend is not None and family != "spmm":
         raise ValueError(f"backend= forces the SpMM backend; {display} is in the {family} family")
+    if heads is None and isinstance(layer, torch.nn.Module) and family == "attention":
+        heads = getattr(layer, "heads", None)  # an attention layer knows its heads
+    if heads is not None:
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+            raise ValueError(f"heads must be an int >= 1, got {heads!r}")
+        if family != "attention":
+            raise ValueError(f"heads= is an attention layer's; {display} is in the {family} family")
     # The graph the layer runs on: GCNConv adds a loop per node (square graphs only); GATConv and
     # GATv2Conv add min(num_src, num_dst) loops, also to a bipartite graph (PyG's rule).
     self_loops = loops and (family == "attention" or not graph.is_bipartite)
@@ -157,7 +165,7 @@ def plan_layer(graph, layer, features: int = 128, dtype=torch.float32, *,
         return _plan_spmm(g, features, dtype, backend, training, common)
     if family == "reduce":
         return _plan_reduce_layer(g, dtype, training, common)
-    return _plan_attention_layer(g, features, training, common, kind)
+    return _plan_attention_layer(g, features, training, common, kind, heads)
 
 
 def _csr_algorithm(graph, width: int):
@@ -254,13 +262,14 @@ def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
                 reason=why + ".", **fields, **common)
 
 
-def _plan_attention_layer(graph, width, training, common, kind) -> Plan:
-    # Heads are unknown here: the rule's channels-a-head condition applies at the call, and so
-    # does the narrow build's lower break-even (heads of <= 32 channels); the plan reports the
-    # wide build's, the conservative side.
+def _plan_attention_layer(graph, width, training, common, kind, heads) -> Plan:
+    # With the heads, the rule sees the channels a head as a call does (the narrow build's
+    # break-even for heads of <= 32 channels, none under 32); without them, the wide build's
+    # thresholds, the conservative side, and the channels-a-head condition is left to the call.
+    channels = width // heads if heads else None
     backend, why = _policy.attention_backend(
         None, graph=graph if kind == "gat" else None, dtype=common["dtype"], training=training,
-        device_type="cuda")
+        device_type="cuda", channels=channels)
     forced = _policy._forced_backend(None, "GNNIO_ATTENTION_BACKEND") is not None
     tiles = backend == "wsb" and kind == "gat"
     float64 = common["dtype"] == torch.float64

@@ -333,6 +333,25 @@ def test_graph_plan_reports_the_attention_backend(monkeypatch):
     assert "float64 on the CSR kernels" in wide.reason
 
 
+def test_graph_plan_sees_the_heads(monkeypatch):
+    # 128 edges a tile, training in bfloat16: above the narrow build's break-even (105, heads of
+    # <= 32 channels), below the wide build's (150), which the plan takes without the heads.
+    monkeypatch.delenv("GNNIO_ATTENTION_BACKEND", raising=False)
+    half = gnnio.Graph(*_diagonal_tiles(gnnio.plan.WSB_ATTENTION_MIN_ROWS // 16, full=False))
+    assert half.plan("GATConv", 128, torch.bfloat16).backend != "wsb"
+    plan = half.plan("GATConv", 128, torch.bfloat16, heads=4)
+    assert plan.backend == "wsb" and ">= 105 (training" in plan.reason
+    layer = gnnio.nn.GATConv(16, 32, heads=4)  # an attention layer gives its own heads
+    assert half.plan(layer, 128, torch.bfloat16).backend == "wsb"
+    assert half.plan(layer, 128, torch.bfloat16, heads=2).backend != "wsb"  # 64 channels: wide
+    narrow = half.plan("GATConv", 128, torch.bfloat16, heads=8)  # 16 channels a head: never tiles
+    assert narrow.backend != "wsb" and "16 channels a head" in narrow.reason
+    with pytest.raises(ValueError, match="heads"):
+        half.plan("GCNConv", heads=4)
+    with pytest.raises(ValueError, match="heads"):
+        half.plan("GATConv", heads=0)
+
+
 def test_rows_whose_scores_are_all_minus_inf_are_nan_as_in_pyg():
     # exp(-inf - -inf) = NaN in PyG's softmax; an isolated destination stays 0.
     ei = torch.tensor([[0, 1, 2], [1, 1, 2]])
