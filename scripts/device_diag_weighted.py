@@ -3,21 +3,8 @@ with and without weights, the weights' preparation, and the kernels by the profi
 import torch
 
 import gnnio
+from cuda_timing import timed  # scripts/, the script's own folder
 from gnnio import datasets
-
-
-def timed(fn, repeat=10):
-    fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-    return sorted(times)[len(times) // 2]
 
 
 d = datasets.load("powerlaw-1M-16M")

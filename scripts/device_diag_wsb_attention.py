@@ -12,22 +12,9 @@ import sys
 import torch
 
 import gnnio
+from cuda_timing import timed  # scripts/, the script's own folder
 from gnnio import datasets
 from gnnio.bench.cases import attention_operands
-
-
-def timed(fn, repeat=10):
-    fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeat):
-        start.record()
-        fn()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-    return sorted(times)[len(times) // 2]
 
 
 def main():
