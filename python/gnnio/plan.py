@@ -254,8 +254,10 @@ WSB_ATTENTION_WIDE_MIN_EDGES_PER_TILE = {torch.float32: 130.0, torch.bfloat16: 1
                                          torch.float16: 110.0}
 WSB_ATTENTION_WIDE_MIN_EDGES_PER_TILE_TRAINING = {torch.float32: 190.0, torch.bfloat16: 150.0,
                                                   torch.float16: 150.0}
-# policy.h's kNarrowChannels: heads up to this width run the narrow build.
+# policy.h's kNarrowChannels: heads up to this width run the narrow build; kWsbAttentionMaxChannels
+# (gnnio.wsb_attention.MAX_CHANNELS): the widest head the tiles take.
 WSB_ATTENTION_NARROW_CHANNELS = 32
+WSB_ATTENTION_MAX_CHANNELS = 128
 # Every measurement was on graphs of 10^6 rows; smaller ones (launch-bound, not measured) stay on
 # the CSR kernels.
 WSB_ATTENTION_MIN_ROWS = 1 << 16
@@ -303,6 +305,9 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
         return "csr", f"csr: {_DTYPE_NAMES.get(dtype, dtype)} does not run on tensor-core tiles"
     if graph.num_edges == 0:
         return "csr", "csr: no edges"
+    if channels is not None and channels > WSB_ATTENTION_MAX_CHANNELS:
+        return "csr", (f"csr: {channels} channels a head (the tiles stage at most "
+                       f"{WSB_ATTENTION_MAX_CHANNELS})")
     if channels is not None and channels < WSB_ATTENTION_MIN_CHANNELS:
         return "csr", (f"csr: {channels} channels a head (the tiles were measured at 32; narrower "
                        f"heads stay on the CSR kernels)")
@@ -331,6 +336,14 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
                                f"in one warp, the CSR kernels split it")
         ept = graph.wsb_stats()["edges_per_tile"]
         when = "training" if training else "inference"
+        if narrow:
+            build = f"heads of <= {WSB_ATTENTION_NARROW_CHANNELS} channels"
+            measured = ("H100, 32 channels a head: tiles 3.08x / 2.03x the CSR kernels at 256 edges "
+                        "a tile in float32, 3.33x / 2.54x in bfloat16; 0.26-0.35x at 9.2")
+        else:
+            build = "the wide heads' break-even"
+            measured = ("H200, the wide build before its cp.async staging: tiles 1.98x / 1.36x at "
+                        "256 edges a tile in float32, 2.36x / 1.76x in bfloat16; 0.15-0.22x at 9.2")
         if ept >= threshold:
             # Only now (a locally dense graph) the tiles themselves: their longest block row.
             for transpose in (False, True) if training else (False,):
@@ -341,12 +354,9 @@ def attention_backend(backend: Optional[str] = None, compiling: Optional[bool] =
                                    f"; one warp walks it) though the graph averages {ept:.1f} edges "
                                    f"per tile")
             return "wsb", (f"wsb: {ept:.1f} edges per 16 x 16 tile >= {threshold:g} ({when}, "
-                           f"{_DTYPE_NAMES.get(dtype, dtype)}; at 256 edges a tile and 32 channels "
-                           f"a head the tiles ran 3.08x / 2.03x the CSR kernels in float32, "
-                           f"3.33x / 2.54x in bfloat16, on an H100)")
+                           f"{_DTYPE_NAMES.get(dtype, dtype)}, {build}; {measured})")
         return "csr", (f"csr: {ept:.1f} edges per 16 x 16 tile < {threshold:g} ({when}, "
-                       f"{_DTYPE_NAMES.get(dtype, dtype)}; H200: tiles 0.20x the CSR kernels at "
-                       f"9.2 edges a tile, 0.01-0.03x at 1-1.6)")
+                       f"{_DTYPE_NAMES.get(dtype, dtype)}, {build}; {measured})")
     return _memo(graph, key, rule)
 
 

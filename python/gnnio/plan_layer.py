@@ -143,13 +143,25 @@ def plan_layer(graph, layer, features: int = 128, dtype=torch.float32, *,
         raise ValueError(f"features must be an int >= 0, got {features!r}")
     if backend is not None and family != "spmm":
         raise ValueError(f"backend= forces the SpMM backend; {display} is in the {family} family")
-    if heads is None and isinstance(layer, torch.nn.Module) and family == "attention":
-        heads = getattr(layer, "heads", None)  # an attention layer knows its heads
+    channels = None  # a head's, for the attention rule
     if heads is not None:
         if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
             raise ValueError(f"heads must be an int >= 1, got {heads!r}")
         if family != "attention":
             raise ValueError(f"heads= is an attention layer's; {display} is in the {family} family")
+        if features < heads or features % heads:
+            raise ValueError(f"features ({features}) must be heads ({heads}) x the channels a head")
+        channels = features // heads
+    if isinstance(layer, torch.nn.Module) and family == "attention":
+        # An attention layer knows its heads and channels a head (the attention runs on
+        # heads x out_channels whatever concat does to its output).
+        own = (getattr(layer, "heads", None), getattr(layer, "out_channels", None))
+        if all(isinstance(v, int) for v in own):
+            if heads is not None and (heads, channels) != own:
+                raise ValueError(f"heads={heads} and features={features} ({channels} channels a "
+                                 f"head) contradict the layer's {own[0]} heads of {own[1]} channels")
+            heads, channels = own
+            features = heads * channels
     # The graph the layer runs on: GCNConv adds a loop per node (square graphs only); GATConv and
     # GATv2Conv add min(num_src, num_dst) loops, also to a bipartite graph (PyG's rule).
     self_loops = loops and (family == "attention" or not graph.is_bipartite)
@@ -165,7 +177,7 @@ def plan_layer(graph, layer, features: int = 128, dtype=torch.float32, *,
         return _plan_spmm(g, features, dtype, backend, training, common)
     if family == "reduce":
         return _plan_reduce_layer(g, dtype, training, common)
-    return _plan_attention_layer(g, features, training, common, kind, heads)
+    return _plan_attention_layer(g, features, training, common, kind, channels)
 
 
 def _csr_algorithm(graph, width: int):
@@ -262,11 +274,10 @@ def _plan_reduce_layer(graph, dtype, training, common) -> Plan:
                 reason=why + ".", **fields, **common)
 
 
-def _plan_attention_layer(graph, width, training, common, kind, heads) -> Plan:
-    # With the heads, the rule sees the channels a head as a call does (the narrow build's
-    # break-even for heads of <= 32 channels, none under 32); without them, the wide build's
-    # thresholds, the conservative side, and the channels-a-head condition is left to the call.
-    channels = width // heads if heads else None
+def _plan_attention_layer(graph, width, training, common, kind, channels) -> Plan:
+    # With the channels a head, the rule sees what a call does (the narrow build's break-even
+    # for heads of <= 32 channels, none under 32 or over 128); without them, the wide build's
+    # thresholds, the conservative side, and the channels-a-head conditions are left to the call.
     backend, why = _policy.attention_backend(
         None, graph=graph if kind == "gat" else None, dtype=common["dtype"], training=training,
         device_type="cuda", channels=channels)

@@ -202,10 +202,14 @@ def test_attention_backend_choice(monkeypatch):
         attention_backend("cusparse")
 
 
-def _diagonal_tiles(blocks, full):
-    """Only diagonal 16 x 16 tiles, each holding every entry (full) or exactly 128 (i + j even)."""
+def _diagonal_tiles(blocks, full=False, count=None):
+    """Only diagonal 16 x 16 tiles, each holding every entry (full), exactly 128 (i + j even), or
+    its first ``count`` entries in row-major order."""
     i, j = torch.meshgrid(torch.arange(16), torch.arange(16), indexing="ij")
-    keep = torch.ones_like(i, dtype=torch.bool) if full else (i + j) % 2 == 0
+    if count is not None:
+        keep = (16 * i + j) < count
+    else:
+        keep = torch.ones_like(i, dtype=torch.bool) if full else (i + j) % 2 == 0
     base = 16 * torch.arange(blocks)[:, None]
     src, dst = (base + j[keep]).reshape(-1), (base + i[keep]).reshape(-1)
     return torch.stack([src, dst]), 16 * blocks
@@ -333,6 +337,45 @@ def test_graph_plan_reports_the_attention_backend(monkeypatch):
     assert "float64 on the CSR kernels" in wide.reason
 
 
+def test_auto_narrow_and_wide_tables_apart(monkeypatch):
+    # 82 edges a tile: above the narrow build's 16-bit inference threshold (80) and below every
+    # other (85 float32 inference, 105 / 130 training; the wide ones 110-190); 160 a tile: above
+    # the narrow float32 training threshold (130), below the wide one (190).
+    monkeypatch.delenv("GNNIO_ATTENTION_BACKEND", raising=False)
+    monkeypatch.setattr(gnnio.plan, "_tf32_allowed", lambda: True)
+    blocks = gnnio.plan.WSB_ATTENTION_MIN_ROWS // 16
+    for count, cases in (
+            (82, [(torch.bfloat16, False, 32, "wsb"), (torch.float16, False, 32, "wsb"),
+                  (torch.bfloat16, False, 33, "csr"), (torch.float32, False, 32, "csr"),
+                  (torch.bfloat16, True, 32, "csr")]),
+            (160, [(torch.float32, True, 32, "wsb"), (torch.float32, True, 33, "csr"),
+                   (torch.float32, True, None, "csr"), (torch.float16, True, 32, "wsb"),
+                   (torch.float16, True, 128, "wsb"), (torch.float32, False, 128, "wsb")])):
+        g = gnnio.Graph(*_diagonal_tiles(blocks, count=count))
+        assert g.wsb_stats()["edges_per_tile"] == count
+        for dtype, training, channels, want in cases:
+            got = attention_backend(None, graph=g, dtype=dtype, training=training, device_type="cuda",
+                                    channels=channels)
+            assert got[0] == want, (count, dtype, training, channels, got)
+
+
+def test_graph_attention_passes_the_channels_a_head(monkeypatch):
+    # The rule must see a head's width (value's last dimension), for GATConv's bipartite and
+    # concat=False calls too (a spy on the rule; a helper's review: nothing caught heads x C).
+    seen = []
+    rule = gnnio.ops.attention_backend
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("channels"))
+        return rule(*args, **kwargs)
+
+    monkeypatch.setattr(gnnio.ops, "attention_backend", spy)
+    ei = torch.randint(0, 20, (2, 60))
+    gnnio.nn.GATConv(8, 32, heads=4)(torch.randn(20, 8), ei)
+    gnnio.nn.GATConv((8, 6), 48, heads=2, concat=False)((torch.randn(20, 8), torch.randn(20, 6)), ei)
+    assert seen == [32, 48]
+
+
 def test_graph_plan_sees_the_heads(monkeypatch):
     # 128 edges a tile, training in bfloat16: above the narrow build's break-even (105, heads of
     # <= 32 channels), below the wide build's (150), which the plan takes without the heads.
@@ -341,15 +384,26 @@ def test_graph_plan_sees_the_heads(monkeypatch):
     assert half.plan("GATConv", 128, torch.bfloat16).backend != "wsb"
     plan = half.plan("GATConv", 128, torch.bfloat16, heads=4)
     assert plan.backend == "wsb" and ">= 105 (training" in plan.reason
-    layer = gnnio.nn.GATConv(16, 32, heads=4)  # an attention layer gives its own heads
-    assert half.plan(layer, 128, torch.bfloat16).backend == "wsb"
-    assert half.plan(layer, 128, torch.bfloat16, heads=2).backend != "wsb"  # 64 channels: wide
+    # An attention layer gives its own heads and channels, whatever features says (concat=False
+    # included: the attention runs on heads x out_channels).
+    for layer in (gnnio.nn.GATConv(16, 32, heads=4), gnnio.nn.GATConv(16, 32, heads=4, concat=False)):
+        plan = half.plan(layer, 7, torch.bfloat16)
+        assert plan.backend == "wsb" and plan.features == 128
+    assert half.plan(gnnio.nn.GATConv(16, 64, heads=2), 128, torch.bfloat16).backend != "wsb"  # wide
     narrow = half.plan("GATConv", 128, torch.bfloat16, heads=8)  # 16 channels a head: never tiles
     assert narrow.backend != "wsb" and "16 channels a head" in narrow.reason
+    dense = gnnio.Graph(*_diagonal_tiles(gnnio.plan.WSB_ATTENTION_MIN_ROWS // 16, full=True))
+    over = dense.plan("GATConv", 1024, torch.bfloat16, heads=4)  # 256 channels: the call refuses
+    assert over.backend != "wsb" and "256 channels a head" in over.reason
+    assert gnnio.plan.WSB_ATTENTION_MAX_CHANNELS == gnnio.wsb_attention.MAX_CHANNELS
     with pytest.raises(ValueError, match="heads"):
         half.plan("GCNConv", heads=4)
     with pytest.raises(ValueError, match="heads"):
         half.plan("GATConv", heads=0)
+    with pytest.raises(ValueError, match="channels a head"):
+        half.plan("GATConv", 100, heads=3)  # no whole channels a head
+    with pytest.raises(ValueError, match="contradict"):
+        half.plan(gnnio.nn.GATConv(16, 32, heads=4), 128, heads=2)
 
 
 def test_rows_whose_scores_are_all_minus_inf_are_nan_as_in_pyg():
