@@ -10,6 +10,8 @@ from typing import NamedTuple, Optional, Tuple
 
 import torch
 
+from gnnio.wsb_attention import MAX_CHANNELS as WSB_ATTENTION_MAX_CHANNELS
+
 
 class ReducePlan(NamedTuple):
     light_max_degree: int  # rows with more slots are "heavy": 2-D tiles instead of one warp
@@ -254,10 +256,9 @@ WSB_ATTENTION_WIDE_MIN_EDGES_PER_TILE = {torch.float32: 130.0, torch.bfloat16: 1
                                          torch.float16: 110.0}
 WSB_ATTENTION_WIDE_MIN_EDGES_PER_TILE_TRAINING = {torch.float32: 190.0, torch.bfloat16: 150.0,
                                                   torch.float16: 150.0}
-# policy.h's kNarrowChannels: heads up to this width run the narrow build; kWsbAttentionMaxChannels
-# (gnnio.wsb_attention.MAX_CHANNELS): the widest head the tiles take.
+# policy.h's kNarrowChannels: heads up to this width run the narrow build. The widest head the
+# tiles take is the kernels' (gnnio.wsb_attention.MAX_CHANNELS), imported above.
 WSB_ATTENTION_NARROW_CHANNELS = 32
-WSB_ATTENTION_MAX_CHANNELS = 128
 # Every measurement was on graphs of 10^6 rows; smaller ones (launch-bound, not measured) stay on
 # the CSR kernels.
 WSB_ATTENTION_MIN_ROWS = 1 << 16

@@ -31,7 +31,7 @@ struct WsbSddmmConfig {
 // Heads of at most kNarrowChannels run a second build whose slabs (4.25 / 6.5 KiB) and
 // accumulator fragments (2 instead of 8) are sized for them: the kernels wait on memory one
 // tile at a time, so the warps an SM holds set their speed, and the wide build's registers and
-// slabs held 16 (forward) and 12 (backward) a SM at 32 channels (bench/NOTES.md, WSB attention v2).
+// slabs held 16 (forward) and 10 (backward) a SM at 32 channels (bench/NOTES.md, WSB attention v2).
 struct WsbAttentionConfig {
   static constexpr int kForwardWarps = 4;
   static constexpr int kBackwardWarps = 2;
