@@ -36,3 +36,11 @@ PY
 device_env() {
   export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" GNNIO_GRAPH_DIR="$PWD/.data/graphs"
 }
+
+# The card's name for results files: nvidia-h200, nvidia-h100, ... (nvidia-smi's first GPU).
+device_prefix() {
+  local name
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z' 'a-z')
+  name=$(echo "$name" | sed -E 's/^nvidia //; s/^([a-z]+[0-9]+).*/\1/')
+  echo "nvidia-${name:-gpu}"
+}

@@ -26,11 +26,11 @@ PLAN_S=${PLAN_S:-170} REORDER_S=${REORDER_S:-160} STOP_MARGIN_S=${STOP_MARGIN_S:
 GRAPHS=${GRAPHS:-standard,real}
 PERMS=${PERMS:-.data/perms}
 COMPUTE_ORDERS=${COMPUTE_ORDERS:-degree}
-PREFIX=${PREFIX:-nvidia-h200}
 STUDY_ARGS=${STUDY_ARGS:-}
 source scripts/device_common.sh
 device_build
 device_env
+PREFIX=${PREFIX:-$(device_prefix)}
 echo "perms: $(ls "$PERMS"/*.pt 2>/dev/null | wc -l) files in $PERMS"
 
 study() {  # name, seconds, args...

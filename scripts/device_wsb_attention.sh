@@ -15,6 +15,7 @@ OUT=${OUT:-/tmp/gnnio-out}
 source scripts/device_common.sh
 device_build
 device_env
+PREFIX=${PREFIX:-$(device_prefix)}
 if [ "${TEST_S:-200}" -gt 0 ]; then
   timeout "${TEST_S:-200}" python3 -m pytest tests/python/test_wsb_attention_cuda.py \
     tests/python/test_wsb_attention.py -q -p no:cacheprovider > "$OUT/pytest-wsb-attention.log" 2>&1
@@ -52,7 +53,7 @@ fi
 for dtype in ${DTYPES-float32 bfloat16}; do
   timeout "${BENCH_S:-150}" python3 -m gnnio.bench --warmup 3 --repeat 10 --no-plot --compare none \
     --dtype "$dtype" --graphs "${GRAPHS:-blockdiag-1M-16M,grid-1000x1000,uniform-1M-16M,powerlaw-1M-16M,real}" \
-    --layers "graph_attention(wsb)" --out "$OUT/nvidia-h200-wsb-attention-$dtype.json" \
+    --layers "graph_attention(wsb)" --out "$OUT/$PREFIX-wsb-attention-$dtype.json" \
     > "$OUT/bench-wsb-attention-$dtype.log" 2>&1 || echo "$dtype: stopped (rc $?)"
   echo "bench $dtype: $(( $(date +%s) - T0 )) s"
 done
@@ -63,5 +64,5 @@ for log in pytest-wsb-attention pytest-extra sanitizer-wsb-attention sanitizer-e
 done
 [ -f "$OUT/diag-wsb-attention.log" ] && { echo "=== diag"; grep -vE "^-+$|^ *$" "$OUT/diag-wsb-attention.log" | cut -c1-200 | head -70; }
 [ -f "$OUT/ncu-wsb-attention.txt" ] && { echo "=== ncu"; grep -E "wsb_attention_[a-z_]*kernel|Duration|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|Est. Speedup" "$OUT/ncu-wsb-attention.txt" | cut -c1-160 | head -60; }
-echo "=== rows"; grep -h "graph_attention(wsb)" "$OUT"/nvidia-h200-wsb-attention-*.md | cut -c1-220
+echo "=== rows"; grep -h "graph_attention(wsb)" "$OUT"/$PREFIX-wsb-attention-*.md | cut -c1-220
 exit 0  # the summary may grep nothing (a stopped bench): not a failure of the call
