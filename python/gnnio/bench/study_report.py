@@ -31,6 +31,8 @@ def _head(result, title, what):
         lines.append(f"Environment: {', '.join(f'{k}={v}' for k, v in result['env'].items())}.")
     if result.get("stopped"):
         lines.append(f"**Stopped:** {result['stopped']}.")
+    if result.get("merged"):  # rows joined from more than one device call, by hand
+        lines.append(f"**Merged:** {result['merged']}.")
     for s in result.get("skipped", []):
         lines.append(f"- skipped {s['graph']} {s['order']}: {s['why']}")
     return lines + [""]
