@@ -307,7 +307,8 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kForwardWarps * 32)
 #endif
 }
 
-// D_i = dout_i . out_i per (destination, head): one warp each, lanes over the channels.
+// D_i = dout_i . out_i per (destination, head): one warp each, lanes over the channels. Run only
+// where pass A does not (no destination score gradient); pass A forms D_i itself.
 template <typename T>
 __global__ void wsb_attention_delta_kernel(WsbAttentionBackwardParams b) {
   const WsbAttentionParams& p = b.fwd;
@@ -348,11 +349,10 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   const int C = op.channels, c16 = op.c16;
   const float slope = op.slope;
   const T *src_score = op.src_score, *dst_score = op.dst_score, *value = op.value, *dout = op.dout;
-  const float *stats = op.stats, *delta = op.delta;
+  const float* stats = op.stats;
 
   const float sd = dst_score && row_ok ? to_acc(dst_score[i * H + h]) : 0.f;
   const float M = row_ok ? stats[(i * H + h) * 2] : 0.f, S = row_ok ? stats[(i * H + h) * 2 + 1] : 1.f;
-  const float D = row_ok ? delta[i * H + h] : 0.f;
   // The block's dout rows and the first tile's value rows load together; each next tile's value
   // rows while this tile's score gradients are formed.
   if (begin < end) {
@@ -360,6 +360,18 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
     stage_rows<T, kCap>(slab.rows, value, int64_t(block_col[begin]) * kWsbTile, p.num_src, H, h, C, c16,
                         lane, vec_value);
   }
+  // D_i = dout_i . out_i, formed here while the rows land (no launch of its own, no second read
+  // of dout), for pass B too: the two lanes of row i take alternate channels.
+  float D = 0.f;
+  if (row_ok) {
+    const int64_t o = (i * H + h) * C;
+    const auto* out_acc = static_cast<const float*>(p.out_acc);
+    const auto* out = static_cast<const T*>(p.out);
+    for (int c = lane & 1; c < C; c += 2)
+      D = fma_pinned(to_acc(dout[o + c]), out_acc ? out_acc[o + c] : to_acc(out[o + c]), D);
+  }
+  D += __shfl_xor_sync(kFullMask, D, 1);
+  if ((lane & 1) == 0 && row_ok) static_cast<float*>(bp.delta)[i * H + h] = D;
   float g = 0.f;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
@@ -437,6 +449,13 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
   float g = 0.f;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t d0 = int64_t(block_col[t]) * kWsbTile;
+    // The tile's 16 destinations' max, sum and D_i, loaded once (lane k and k + 16: destination
+    // d0 + k) and handed to the 16 rows' lanes by shuffles, not loaded by each of them.
+    const int64_t i_own = d0 + (lane & 15);
+    const bool own_ok = i_own < p.num_dst;
+    const float m_own = own_ok ? stats[(i_own * H + h) * 2] : 0.f;
+    const float s_own = own_ok ? stats[(i_own * H + h) * 2 + 1] : 1.f;
+    const float d_own = own_ok ? delta[i_own * H + h] : 0.f;
     // Pᵀ needs no staged row: formed (and written to the slab, free since the last tile's
     // products) while the dout rows land.
     const float* cnt = bp.count_t + t * kWsbTileSize + ln.r * kWsbTile + ln.cb;
@@ -445,10 +464,12 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       w[q] = 0.f;
+      const float m_i = __shfl_sync(kFullMask, m_own, ln.cb + q);
+      const float s_i = __shfl_sync(kFullMask, s_own, ln.cb + q);
       if (cnt[q] > 0.f) {
         const int64_t i = d0 + ln.cb + q;
         const float z = dst_score ? ss + to_acc(dst_score[i * H + h]) : ss;
-        w[q] = cnt[q] * expf(leaky(z, slope) - stats[(i * H + h) * 2]) / stats[(i * H + h) * 2 + 1];
+        w[q] = cnt[q] * expf(leaky(z, slope) - m_i) / s_i;
         positive |= unsigned(z > 0.f) << q;
       }
       slab.p[ln.r * kWsbTile + ln.cb + q] = operand_of<T>(w[q]);
@@ -460,9 +481,9 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
     __syncwarp();
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
+      const float d_i = __shfl_sync(kFullMask, d_own, ln.cb + q);
       if (cnt[q] > 0.f) {
-        const int64_t i = d0 + ln.cb + q;
-        const float de = w[q] * (slab.tile[ln.r * kWsbTile + ln.cb + q] - delta[i * H + h]);
+        const float de = w[q] * (slab.tile[ln.r * kWsbTile + ln.cb + q] - d_i);
         g += (positive >> q & 1u) ? de : de * slope;
       }
     }
@@ -536,7 +557,8 @@ void launch_backward(const WsbAttentionBackwardParams& b, cudaStream_t stream) {
   check_capacity<kCap>(p.channels);
   const bool vec_value = vector_rows<T>(p.value, p.channels);
   const bool vec_dout = vector_rows<T>(b.grad_out, p.channels);
-  if (p.num_dst > 0) {
+  // Pass A forms D_i as it goes; without it (no destination score gradient) pass B still needs it.
+  if (!b.grad_dst_score && (b.grad_src_score || b.grad_value) && p.num_dst > 0 && p.num_src > 0) {
     const int64_t warps = p.num_dst * p.heads;
     const int blocks = static_cast<int>(std::min<int64_t>((warps + 7) / 8, 1 << 20));
     wsb_attention_delta_kernel<T><<<blocks, 256, 0, stream>>>(b);
