@@ -30,7 +30,8 @@ inline at::Tensor column_sum_of_rows(const at::Tensor& x) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("gnnio::column_sum", "")
                        .typed<at::Tensor(const at::Tensor&)>();
-  return op.call(x.reshape({x.size(0), -1}));
+  // flatten, not reshape({rows, -1}): a [0, H, C] gradient (a graph of no nodes) has no -1.
+  return op.call(x.dim() > 1 ? x.flatten(1) : x.reshape({x.size(0), 1}));
 }
 
 }  // namespace gnnio::binding

@@ -39,7 +39,8 @@ inline SegmentReduceParams segment_reduce_params(const at::Tensor& rowptr, const
   TORCH_CHECK_VALUE(x.dim() == 2, text("segment_reduce: x must be 2-D, got ", sizes_text(x.sizes())));
   TORCH_CHECK_VALUE(x.size(0) == num_cols, text("segment_reduce: x has ", x.size(0),
                                                 " rows but the graph has ", num_cols, " source nodes"));
-  TORCH_CHECK_VALUE(x.stride(1) == 1 || x.size(1) <= 1, "segment_reduce: x must have unit feature stride");
+  TORCH_CHECK_VALUE(x.stride(1) == 1 || x.size(1) <= 1 || x.numel() == 0,
+                    "segment_reduce: x must have unit feature stride");
   check_same_device(rowptr, "rowptr", x, "x");
   check_same_device(col, "col", x, "x");
   SegmentReduceParams p;

@@ -29,7 +29,8 @@ inline SpmmParams spmm_params(const at::Tensor& rowptr, const at::Tensor& col,
                     text("spmm: x must be 2-D [num_src, features], got ", sizes_text(x.sizes())));
   TORCH_CHECK_VALUE(x.size(0) == num_cols, text("spmm: x has ", x.size(0),
                                                 " rows but the graph has ", num_cols, " source nodes"));
-  TORCH_CHECK_VALUE(x.stride(1) == 1 || x.size(1) <= 1, "spmm: x must have unit feature stride");
+  TORCH_CHECK_VALUE(x.stride(1) == 1 || x.size(1) <= 1 || x.numel() == 0,
+                    "spmm: x must have unit feature stride");
   check_same_device(rowptr, "rowptr", x, "x");
   check_same_device(col, "col", x, "x");
   SpmmParams p;

@@ -107,7 +107,10 @@ def adjacency_key(adj: torch.Tensor) -> tuple:
         parts = (adj.crow_indices(), adj.col_indices())
     else:
         parts = (adj.ccol_indices(), adj.row_indices())
-    return (adj.layout, tuple(adj.shape), adj._version) + tuple(
+    # An inference tensor has no version counter (and can be changed in place inside inference
+    # mode): a new object, equal to no earlier key, so nothing cached from it is reused.
+    version = object() if adj.is_inference() else adj._version
+    return (adj.layout, tuple(adj.shape), version) + tuple(
         (p.data_ptr(), p.numel()) for p in parts)
 
 

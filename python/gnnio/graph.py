@@ -118,7 +118,11 @@ class Graph:
         _check_ids(edge_index[1], num_dst, "edge_index[1] (destination)")
         self._values = {}
         with _normal_tensors():
-            ei = edge_index.to(self.index_dtype)
+            # A private copy: .to() is a no-op for an int32 edge_index (and row 0 of a contiguous
+            # [2, E] is contiguous), so without copy=True _src/_dst would be views of the caller's
+            # tensor, and an in-place change of it would reach the lazily built formats
+            # (csr_by_src, self loops, tiles) but not csr_by_dst.
+            ei = edge_index.to(self.index_dtype, copy=stored is None)  # (adjacency edges: fresh)
             self._src, self._dst = ei[0].contiguous(), ei[1].contiguous()
             csc = _pyg_csc(original, self.index_dtype, num_dst) if _is_pyg_edge_index(original) else None
             if stored is not None and stored.rows is not None:  # the sparse tensor's own CSR

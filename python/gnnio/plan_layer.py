@@ -81,6 +81,8 @@ for _r in ("sum", "add", "mean"):
     _NAMES[f"spmm({_r})"] = (f"spmm({_r})", "spmm", _r, False)
     _NAMES[f"segment_reduce({_r})"] = (f"segment_reduce({_r})", "spmm", _r, False)
     _NAMES[f"graphconv({_r})"] = (f"GraphConv({_r})", "spmm", _r, False)
+for _r in ("sum", "add"):  # SAGEConv(aggr='add' / 'sum'): one SpMM, as the layer runs it
+    _NAMES[f"sageconv({_r})"] = (f"SAGEConv({_r})", "spmm", _r, False)
 for _r in ("max", "min"):
     _NAMES[f"segment_reduce({_r})"] = (f"segment_reduce({_r})", "reduce", _r, False)
     _NAMES[f"graphconv({_r})"] = (f"GraphConv({_r})", "reduce", _r, False)
@@ -164,6 +166,8 @@ def plan_layer(graph, layer, features: int = 128, dtype=torch.float32, *,
             features = heads * channels
     # The graph the layer runs on: GCNConv adds a loop per node (square graphs only); GATConv and
     # GATv2Conv add min(num_src, num_dst) loops, also to a bipartite graph (PyG's rule).
+    if loops and isinstance(layer, torch.nn.Module) and getattr(layer, "add_self_loops", True) is False:
+        loops = False  # an instance built with add_self_loops=False runs on the graph as given
     self_loops = loops and (family == "attention" or not graph.is_bipartite)
     if not self_loops:
         g = graph

@@ -191,6 +191,14 @@ class Reordered(torch.nn.Module):
         first = x[0] if isinstance(x, (tuple, list)) else x
         if not isinstance(first, torch.Tensor):
             raise TypeError(f"x must be a Tensor or a pair of Tensors, got {type(x).__name__}")
+        from gnnio.adjacency import is_sparse_adjacency
+
+        if is_sparse_adjacency(edge_index):
+            # The module gets the relabelled gnnio.Graph, which carries no values: an adj_t's
+            # edge weights (and the layers' sparse-adjacency conventions) would be dropped.
+            raise NotImplementedError(
+                "Reordered takes an edge_index or a gnnio.Graph, not a sparse adj_t (its values "
+                "would be lost); pass adj_t's edges and values as edge_index and edge_weight")
         r = self.reordering(edge_index, first.size(0))
         perm = r.perm.to(first.device)
         if isinstance(x, (tuple, list)):

@@ -48,3 +48,125 @@ def test_raw_segment_reduce_backward_rejects_non_contiguous_t2c():
     with pytest.raises(ValueError, match="t2c"):
         torch.ops.gnnio.segment_reduce_backward(t.rowptr, t.col, t.col[:1].expand(4), arg,
                                                 torch.randn(n, 2), n)
+
+
+# --- Session of 2026-12-05 (sixth): two reviewers' findings, each test failing before its fix.
+
+def _pyg_pair(name, *args, **kwargs):
+    import torch_geometric.nn as pyg_nn
+
+    torch.manual_seed(0)
+    pyg = getattr(pyg_nn, name)(*args, **kwargs)
+    ours = getattr(gnnio.nn, name)(*args, **kwargs)
+    ours.load_state_dict(pyg.state_dict())
+    return pyg, ours
+
+
+@pytest.mark.parametrize("opts", [{}, {"improved": True}, {"add_self_loops": False}])
+@pytest.mark.parametrize("first,later", [("w1", None), (None, "w1"), ("w1", "w2")])
+def test_gcn_cached_keeps_the_first_calls_edge_weight(opts, first, later):
+    # PyG's cached=True keeps gcn_norm's edge_index and edge_weight of the first call; later
+    # calls' edge_weight is ignored (gnnio renormalised each call's weight).
+    x, ei = torch.randn(8, 5), torch.randint(0, 8, (2, 20))
+    weights = {None: None, "w1": torch.rand(20), "w2": torch.rand(20)}
+    pyg, ours = _pyg_pair("GCNConv", 5, 3, cached=True, **opts)
+    torch.testing.assert_close(ours(x, ei, weights[first]), pyg(x, ei, weights[first]))
+    for _ in range(2):
+        torch.testing.assert_close(ours(x, ei, weights[later]), pyg(x, ei, weights[later]))
+
+
+def test_gcn_cached_without_normalize_caches_nothing():
+    # PyG caches only what gcn_norm returns, so nothing when normalize=False: a second graph and
+    # a second edge_weight are used as given.
+    x = torch.randn(8, 5)
+    ei1, ei2 = torch.randint(0, 8, (2, 20)), torch.randint(0, 8, (2, 15))
+    w1, w2 = torch.rand(20), torch.rand(15)
+    pyg, ours = _pyg_pair("GCNConv", 5, 3, cached=True, normalize=False, add_self_loops=False)
+    torch.testing.assert_close(ours(x, ei1, w1), pyg(x, ei1, w1))
+    torch.testing.assert_close(ours(x, ei2), pyg(x, ei2))
+    torch.testing.assert_close(ours(x, ei2, w2), pyg(x, ei2, w2))
+
+
+INFERENCE_LAYERS = ["GCNConv", "GraphConv", "SAGEConv", "GATConv", "GATv2Conv", "TransformerConv"]
+
+
+@pytest.mark.parametrize("name", INFERENCE_LAYERS)
+def test_in_place_change_of_an_inference_edge_index_is_seen(name):
+    # Inference tensors have no version counter but can be written inside inference mode: the
+    # layers' Graph cache must not serve the old edges.
+    pyg, ours = _pyg_pair(name, 4, 3)
+    x = torch.randn(6, 4)
+    with torch.inference_mode():
+        ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+        torch.testing.assert_close(ours(x, ei), pyg(x, ei))
+        ei[1, 0] = 5
+        torch.testing.assert_close(ours(x, ei), pyg(x, ei))
+
+
+@pytest.mark.parametrize("name", INFERENCE_LAYERS)
+def test_sparse_adjacency_made_in_inference_mode(name):
+    # adjacency_key read adj._version, which inference tensors do not have (RuntimeError).
+    pyg, ours = _pyg_pair(name, 4, 3)
+    x, ei = torch.randn(6, 4), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    with torch.inference_mode():
+        adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(4), (6, 6)).coalesce()
+        torch.testing.assert_close(ours(x, adj_t), pyg(x, adj_t))
+
+
+def test_graph_does_not_alias_an_int32_edge_index():
+    # .to(int32) of an int32 edge_index is the same memory: a later in-place write by the caller
+    # reached the lazily built formats (csr_by_src: the backward) but not csr_by_dst.
+    ei = torch.tensor([[0, 1, 2], [1, 2, 0]], dtype=torch.int32)
+    g = gnnio.Graph(ei, num_nodes=3)
+    before = ei.clone()
+    ei[0].fill_(2)
+    assert torch.equal(g.edge_index, before)
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    gnnio.ops.spmm(g, x).sum().backward()
+    xr = x.detach().clone().requires_grad_()
+    torch.zeros(3, 4, dtype=torch.float64).index_add(0, before[1].long(),
+                                                     xr[before[0].long()]).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+
+
+@pytest.mark.parametrize("aggr", ["add", "sum"])
+def test_plan_takes_a_sageconv_sum_instance(aggr):
+    g = gnnio.Graph(torch.randint(0, 50, (2, 400)), num_nodes=50)
+    assert g.plan(gnnio.nn.SAGEConv(8, 8, aggr=aggr)).family == "spmm"
+
+
+@pytest.mark.parametrize("name", ["GCNConv", "GATConv", "GATv2Conv"])
+def test_plan_of_an_instance_without_self_loops(name):
+    # The plan's statistics must come from the graph the layer runs on.
+    g = gnnio.Graph(torch.randint(0, 50, (2, 400)), num_nodes=50)
+    layer = getattr(gnnio.nn, name)(8, 8, add_self_loops=False)
+    assert not g.plan(layer).self_loops
+    assert g.plan(type(layer)).self_loops
+
+
+def test_reordered_refuses_a_sparse_adjacency():
+    # Reordered hands the module a relabelled Graph, which carries no values: an adj_t's
+    # weights were silently dropped.
+    n = 20
+    ei = torch.randint(0, n, (2, 60))
+    adj = torch.sparse_coo_tensor(ei.flip(0), torch.rand(60) + 0.5, (n, n)).coalesce()
+    with pytest.raises(NotImplementedError, match="sparse adj_t"):
+        gnnio.reorder.Reordered(gnnio.nn.GraphConv(8, 4), "degree")(torch.randn(n, 8), adj)
+
+
+@pytest.mark.parametrize("name,kwargs", [("GCNConv", {}), ("GATConv", {"heads": 2}),
+                                         ("GATv2Conv", {}), ("GraphConv", {}), ("SAGEConv", {}),
+                                         ("SAGEConv", {"aggr": "max"}),
+                                         ("TransformerConv", {"heads": 2})])
+def test_zero_node_graph_backward(name, kwargs):
+    # The gradient of an empty output's sum is a stride-0 view (refused by the stride checks),
+    # and reshape({0, -1}) of the fused bias gradient is ambiguous.
+    pyg, ours = _pyg_pair(name, 4, 2, **kwargs)
+    ei = torch.empty(2, 0, dtype=torch.long)
+    x, xp = torch.randn(0, 4, requires_grad=True), torch.randn(0, 4, requires_grad=True)
+    out = ours(x, ei)
+    assert out.shape == pyg(xp, ei).shape
+    out.sum().backward()
+    assert x.grad.shape == x.shape
+    for param in ours.parameters():
+        assert param.grad is None or not param.grad.any()

@@ -360,19 +360,11 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
     stage_rows<T, kCap>(slab.rows, value, int64_t(block_col[begin]) * kWsbTile, p.num_src, H, h, C, c16,
                         lane, vec_value);
   }
-  // D_i = dout_i . out_i, formed here while the rows land (no launch of its own, no second read
-  // of dout), for pass B too: the two lanes of row i take alternate channels.
-  float D = 0.f;
-  if (row_ok) {
-    const int64_t o = (i * H + h) * C;
-    const auto* out_acc = static_cast<const float*>(p.out_acc);
-    const auto* out = static_cast<const T*>(p.out);
-    for (int c = lane & 1; c < C; c += 2)
-      D = fma_pinned(to_acc(dout[o + c]), out_acc ? out_acc[o + c] : to_acc(out[o + c]), D);
-  }
-  D += __shfl_xor_sync(kFullMask, D, 1);
-  if ((lane & 1) == 0 && row_ok) static_cast<float*>(bp.delta)[i * H + h] = D;
-  float g = 0.f;
+  // D_i = dout_i . out_i = sum_j P_ij dP_ij (out_i = sum_j P_ij v_j before any bias), so the
+  // score gradient sum_j P_ij (dP_ij - D_i) lk_ij (lk: LeakyReLU's slope at z_ij) is
+  // sum_j P_ij dP_ij lk_ij - D_i sum_j P_ij lk_ij: three running sums over the tiles, D_i at the
+  // end, with no read of out or second read of dout; D_i is written for pass B.
+  float g_dp = 0.f, g_p = 0.f, d_sum = 0.f;
   for (int64_t t = begin; t < end; ++t) {
     const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
     // The weights need no staged row: formed while the value rows land.
@@ -399,13 +391,20 @@ __global__ void __launch_bounds__(WsbAttentionConfig::kBackwardWarps * 32)
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       if (cnt[q] > 0.f) {
-        const float de = w[q] * (slab.tile[ln.r * kWsbTile + ln.cb + q] - D);
-        g += (positive >> q & 1u) ? de : de * slope;
+        const float wdp = __fmul_rn(w[q], slab.tile[ln.r * kWsbTile + ln.cb + q]);
+        const bool pos = positive >> q & 1u;
+        d_sum += wdp;
+        g_dp += pos ? wdp : __fmul_rn(wdp, slope);
+        g_p += pos ? w[q] : __fmul_rn(w[q], slope);
       }
     }
     __syncwarp();  // the tile is written again for the next tile
   }
-  g += __shfl_xor_sync(kFullMask, g, 1);
+  d_sum += __shfl_xor_sync(kFullMask, d_sum, 1);
+  g_dp += __shfl_xor_sync(kFullMask, g_dp, 1);
+  g_p += __shfl_xor_sync(kFullMask, g_p, 1);
+  const float g = __fsub_rn(g_dp, __fmul_rn(d_sum, g_p));
+  if ((lane & 1) == 0 && row_ok) static_cast<float*>(bp.delta)[i * H + h] = d_sum;
   if ((lane & 1) == 0 && row_ok) static_cast<T*>(bp.grad_dst_score)[i * H + h] = from_acc<T>(g);
 #elif defined(__CUDA_ARCH__)
   __trap();  // built for an architecture without these MMA shapes: fail loudly

@@ -151,9 +151,10 @@ def split_pair(x) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
 
 
 def version_of(t: torch.Tensor):
-    """The in-place version counter; inference tensors have none (they cannot be modified
-    outside inference mode, and are treated as unchanged)."""
-    return None if t.is_inference() else t._version
+    """The in-place version counter, for cache keys. Inference tensors have none, and inside
+    inference mode they can be modified in place without a trace: for them a new object on
+    every call, equal to no earlier key, so nothing cached from them is reused."""
+    return object() if t.is_inference() else t._version
 
 
 class GraphCache:

@@ -28,10 +28,12 @@ class GCNConv(torch.nn.Module):
         in_channels (int), out_channels (int): feature sizes (``in_channels=-1``: lazy, from
             the first input).
         improved (bool): self loops of weight 2. (default: ``False``)
-        cached (bool): keep the normalised structure of the first call for every later call, as
-            PyG does (for transductive learning). Without it gnnio still caches the Graph and
-            its normalisation while the same edge_index tensor is passed unmodified. Explicit
-            ``edge_weight`` is renormalised on every call. (default: ``False``)
+        cached (bool): with ``normalize``, keep the normalised structure and edge weights of
+            the first call for every later call, as PyG does (for transductive learning); later
+            calls' edge_index and edge_weight are ignored (without ``normalize`` PyG caches
+            nothing, and neither does gnnio). Without it gnnio still caches the Graph and its
+            normalisation while the same edge_index tensor is passed unmodified.
+            (default: ``False``)
         add_self_loops (bool, optional): default ``normalize``.
         normalize (bool): apply the symmetric normalisation. (default: ``True``)
         bias (bool): learn an additive bias. (default: ``True``)
@@ -68,7 +70,7 @@ class GCNConv(torch.nn.Module):
         else:
             self.register_parameter("bias", None)
         self._graphs = GraphCache()
-        self._cached_graph = self._cached_adjacency = None
+        self._cached_graph = self._cached_adjacency = self._cached_weight = None
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -76,7 +78,7 @@ class GCNConv(torch.nn.Module):
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
         self._graphs.clear()
-        self._cached_graph = self._cached_adjacency = None
+        self._cached_graph = self._cached_adjacency = self._cached_weight = None
 
     def forward(self, x: Tensor, edge_index, edge_weight: Optional[Tensor] = None) -> Tensor:
         if isinstance(x, (tuple, list)):
@@ -87,16 +89,19 @@ class GCNConv(torch.nn.Module):
             raise ValueError("x must be a Tensor [num_nodes, in_channels] or, batched as PyG "
                              "takes it, [..., num_nodes, in_channels]")
         edge_weight = flat_edge_weight(edge_weight)
-        if self.cached and self._cached_graph is not None:
+        # PyG caches only what gcn_norm returns: nothing without normalize. The cache holds the
+        # first call's structure and its edge weights (given or the adjacency's), which PyG
+        # reuses on every later call whatever edge_weight that call passes.
+        cache = self.cached and self.normalize
+        if cache and self._cached_graph is not None:
             graph, sparse = self._cached_graph, self._cached_adjacency is not None
-            if sparse:  # the adjacency's weights of the first call, as PyG caches them
-                edge_weight = self._cached_adjacency[0]
+            edge_weight = self._cached_weight
         else:
             sparse = is_sparse_adjacency(edge_index)
             graph, edge_weight = self._graphs.get_weighted("GCNConv", edge_index, edge_weight,
                                                            x.size(-2), x.size(-2))
-            if self.cached:
-                self._cached_graph = graph
+            if cache:
+                self._cached_graph, self._cached_weight = graph, edge_weight
                 self._cached_adjacency = (edge_weight,) if sparse else None
         x = self.lin(x)
         add_self_loops = self.add_self_loops
