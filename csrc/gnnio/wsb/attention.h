@@ -14,7 +14,10 @@
 // D_i = dout_i . out_i and dP_ij = dout_i . value_j (a tile product too):
 //
 //   dE_ij = P_ij (dP_ij - D_i),  dZ_ij = dE_ij LeakyReLU'(z_ij)
-//   d dst_score[i] = sum_j dZ_ij  (pass A, by block row: no atomics)
+//   d dst_score[i] = sum_j dZ_ij  (pass A, by block row: no atomics), formed as
+//     sum_j P_ij dP_ij lk_ij - D_i sum_j P_ij lk_ij with D_i = sum_j P_ij dP_ij (= dout_i . out_i,
+//     lk = LeakyReLU'): no read of out; pass A writes D_i for pass B (without pass A, a
+//     separate D_i = dout_i . out_i)
 //   d src_score[j] = sum_i dZ_ij,  d value[j] = sum_i P_ij dout_i  (pass B, over the tiles of
 //   the transposed matrix, csr_by_src's WSB: one owner per source block, no atomics)
 //

@@ -111,23 +111,34 @@ void backward(const WsbAttentionBackwardParams& b) {
                             static_cast<scalar_t>(p.negative_slope)};
   const int64_t work = p.num_tiles * kWsbTileSize * H * C;
 
+  // D_i = dout_i . out_i. Pass A forms it as sum_j P_ij dP_ij (the same number: out_i is
+  // sum_j P_ij v_j) from the products it makes anyway, as the CUDA pass A does; this loop only
+  // where pass A does not run.
+  if (!b.grad_dst_score) {
 #pragma omp parallel for if (worth_threads(p.num_dst * H * C))
-  for (int64_t ih = 0; ih < p.num_dst * H; ++ih) {
-    scalar_t d = 0;
-    for (int64_t f = 0; f < C; ++f) d += dout[ih * C + f] * out[ih * C + f];
-    delta[ih] = d;
+    for (int64_t ih = 0; ih < p.num_dst * H; ++ih) {
+      scalar_t d = 0;
+      for (int64_t f = 0; f < C; ++f) d += dout[ih * C + f] * out[ih * C + f];
+      delta[ih] = d;
+    }
   }
-  // P_ij and dZ_ij of one entry, as both passes form them.
-  auto entry = [&](int64_t i, int64_t j, int64_t h, float n, scalar_t* p_out) {
+  // P_ij, dP_ij = dout_i . v_j and LeakyReLU's slope at z_ij of one entry, as both passes form them.
+  auto terms = [&](int64_t i, int64_t j, int64_t h, float n, scalar_t* w, scalar_t* dp, scalar_t* lk) {
     const scalar_t z = sc.z(i, j, h);
     const scalar_t* st = stats + (i * H + h) * 2;
-    const scalar_t w = scalar_t(n) * std::exp(sc.leaky(z) - st[0]) / st[1];
+    *w = scalar_t(n) * std::exp(sc.leaky(z) - st[0]) / st[1];
     const scalar_t* o = dout + (i * H + h) * C;
     const scalar_t* v = value + (j * H + h) * C;
-    scalar_t dp = 0;
-    for (int64_t f = 0; f < C; ++f) dp += o[f] * v[f];
-    *p_out = w;
-    return w * (dp - delta[i * H + h]) * sc.leaky_grad(z);
+    scalar_t d = 0;
+    for (int64_t f = 0; f < C; ++f) d += o[f] * v[f];
+    *dp = d;
+    *lk = sc.leaky_grad(z);
+  };
+  // P_ij and dZ_ij = P_ij (dP_ij - D_i) lk_ij (pass B).
+  auto entry = [&](int64_t i, int64_t j, int64_t h, float n, scalar_t* p_out) {
+    scalar_t dp, lk;
+    terms(i, j, h, n, p_out, &dp, &lk);
+    return *p_out * (dp - delta[i * H + h]) * lk;
   };
 
   if (b.grad_dst_score) {  // pass A: by destination block
@@ -138,18 +149,28 @@ void backward(const WsbAttentionBackwardParams& b) {
     for (int64_t db = 0; db < wsb_blocks(p.num_dst); ++db) {
       const int64_t rows = rows_in_block(db, p.num_dst);
       for (int64_t h = 0; h < H; ++h) {
-        scalar_t acc[kWsbTile] = {};
+        // sum_j P dP lk - D_i sum_j P lk, with D_i = sum_j P dP: three sums a row.
+        scalar_t g_dp[kWsbTile] = {}, g_p[kWsbTile] = {}, d_sum[kWsbTile] = {};
         for (int64_t t = block_rowptr[db]; t < block_rowptr[db + 1]; ++t) {
           const int64_t c0 = int64_t(block_col[t]) * kWsbTile;
           const float* cnt = p.count + t * kWsbTileSize;
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t c = 0; c < kWsbTile; ++c) {
               const float n = cnt[r * kWsbTile + c];
-              scalar_t w;
-              if (n != 0) acc[r] += entry(db * kWsbTile + r, c0 + c, h, n, &w);
+              if (n == 0) continue;
+              scalar_t w, dp, lk;
+              terms(db * kWsbTile + r, c0 + c, h, n, &w, &dp, &lk);
+              const scalar_t wdp = w * dp;
+              d_sum[r] += wdp;
+              g_dp[r] += wdp * lk;
+              g_p[r] += w * lk;
             }
         }
-        for (int64_t r = 0; r < rows; ++r) gd[(db * kWsbTile + r) * H + h] = acc[r];
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t ih = (db * kWsbTile + r) * H + h;
+          delta[ih] = d_sum[r];
+          gd[ih] = g_dp[r] - d_sum[r] * g_p[r];
+        }
       }
     }
   }
