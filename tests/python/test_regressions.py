@@ -170,3 +170,12 @@ def test_zero_node_graph_backward(name, kwargs):
     assert x.grad.shape == x.shape
     for param in ours.parameters():
         assert param.grad is None or not param.grad.any()
+
+
+def test_gcn_output_dtype_follows_a_wider_edge_weight():
+    # PyG's message edge_weight * x_j promotes: float32 x with float64 weights gives float64.
+    x, ei, w = torch.randn(8, 5), torch.randint(0, 8, (2, 20)), torch.rand(20, dtype=torch.float64)
+    pyg, ours = _pyg_pair("GCNConv", 5, 3)
+    out, ref = ours(x, ei, w), pyg(x, ei, w)
+    assert out.dtype == ref.dtype == torch.float64
+    torch.testing.assert_close(out, ref)

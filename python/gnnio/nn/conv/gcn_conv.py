@@ -104,6 +104,12 @@ class GCNConv(torch.nn.Module):
                 self._cached_graph, self._cached_weight = graph, edge_weight
                 self._cached_adjacency = (edge_weight,) if sparse else None
         x = self.lin(x)
+        if edge_weight is not None and edge_weight.is_floating_point():
+            # PyG's messages are edge_weight * x_j: a wider weight (float64 with float32 x, or
+            # float32 weights under a 16-bit autocast) makes the output that dtype.
+            wider = torch.promote_types(x.dtype, edge_weight.dtype)
+            if wider != x.dtype:
+                x = x.to(wider)
         add_self_loops = self.add_self_loops
         if sparse and add_self_loops:
             # PyG's gcn_norm adds a loop of weight fill_value to every node of a sparse
