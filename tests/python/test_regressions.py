@@ -179,3 +179,62 @@ def test_gcn_output_dtype_follows_a_wider_edge_weight():
     out, ref = ours(x, ei, w), pyg(x, ei, w)
     assert out.dtype == ref.dtype == torch.float64
     torch.testing.assert_close(out, ref)
+
+
+@pytest.mark.parametrize("in_channels", [-1, (-1, -1), (7, -1)])
+@pytest.mark.parametrize("bipartite", [False, True])
+def test_lazy_transformer_without_root_weight_leaves_lin_skip_lazy(in_channels, bipartite):
+    # PyG never calls lin_skip without root_weight, so it stays lazy: gnnio drew its weight
+    # (another random stream, and PyG's state_dict no longer loaded).
+    import torch_geometric.nn as pyg_nn
+    from torch.nn.parameter import is_lazy
+
+    if not bipartite and in_channels == (7, -1):
+        pytest.skip("one feature size")
+    n_src, n_dst = (12, 9) if bipartite else (12, 12)
+    x_src = torch.randn(n_src, 7)
+    x = (x_src, torch.randn(n_dst, 7)) if bipartite else x_src
+    ei = torch.stack([torch.randint(0, n_src, (40,)), torch.randint(0, n_dst, (40,))])
+    torch.manual_seed(0)
+    pyg = pyg_nn.TransformerConv(in_channels, 4, heads=2, root_weight=False)
+    torch.manual_seed(0)
+    ours = gnnio.nn.TransformerConv(in_channels, 4, heads=2, root_weight=False)
+    torch.manual_seed(1)
+    pyg(x, ei)
+    after_p = torch.rand(4)
+    torch.manual_seed(1)
+    ours(x, ei)
+    after_o = torch.rand(4)
+    assert is_lazy(ours.lin_skip.weight) and is_lazy(pyg.lin_skip.weight)
+    assert torch.equal(after_o, after_p)  # the same draws as PyG's first call
+    ours.load_state_dict(pyg.state_dict())
+    torch.testing.assert_close(ours(x, ei), pyg(x, ei), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layer", ["GATConv", "GATv2Conv"])
+def test_uncoalesced_coo_with_self_loops_is_coalesced_as_pyg_does(layer):
+    # PyG's loop utilities coalesce a COO adj_t: a duplicated entry is one edge, one weight.
+    import warnings
+
+    import torch_geometric.nn as pyg_nn
+
+    n = 6
+    ei = torch.tensor([[0, 1, 2, 3, 0, 4, 2], [1, 2, 3, 4, 1, 5, 2]])  # (0->1) twice, a loop
+    x = torch.randn(n, 4, dtype=torch.double)
+
+    def adj_t():  # a fresh one per call: PyG marks its input coalesced in place
+        return torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1), dtype=torch.double), (n, n))
+
+    pyg = getattr(pyg_nn, layer)(4, 3, heads=2).double()
+    ours = getattr(gnnio.nn, layer)(4, 3, heads=2).double()
+    ours.load_state_dict(pyg.state_dict())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out_p, (adj_p, a_p) = pyg(x, adj_t(), return_attention_weights=True)
+        out_o, (adj_o, a_o) = ours(x, adj_t(), return_attention_weights=True)
+    torch.testing.assert_close(out_o, out_p)
+    torch.testing.assert_close(a_o, a_p)
+    assert torch.equal(adj_o.coalesce().indices(), adj_p.coalesce().indices())
+    adj = adj_t()  # the same unmodified adjacency again: served from the cache, same result
+    first = ours(x, adj)
+    assert torch.equal(ours(x, adj), first)

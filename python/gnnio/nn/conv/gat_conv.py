@@ -153,6 +153,19 @@ def _returned_weights(edge_index, graph: Graph, added_loops: bool, alpha: Tensor
                             edge_index.layout)
 
 
+def _coalesced_for_loops(graphs: GraphCache, edge_index, add_self_loops: bool):
+    """PyG's remove_self_loops / add_self_loops rebuild a torch.sparse COO adjacency with
+    to_torch_coo_tensor, which coalesces it: duplicate entries of an uncoalesced COO adj_t become
+    one edge (values summed). Do the same before the loops are replaced, through the layer's
+    cache (the coalesced copy, and so its Graph, is kept while the same unmodified adjacency
+    comes back). (Without loops PyG refuses an uncoalesced COO input; gnnio then keeps every
+    stored entry.)"""
+    if (add_self_loops and isinstance(edge_index, Tensor) and edge_index.layout == torch.sparse_coo
+            and not edge_index.is_coalesced()):
+        return edge_index.coalesce() if edge_index.requires_grad else graphs._coalesce(edge_index)[0]
+    return edge_index
+
+
 class GATConv(torch.nn.Module):
     r"""The graph attentional operator from `"Graph Attention Networks"
     <https://arxiv.org/abs/1710.10903>`_, drop-in for ``torch_geometric.nn.GATConv`` (PyG 2.8).
@@ -275,6 +288,7 @@ class GATConv(torch.nn.Module):
         h_src = lin_src(x_src).view(-1, H, C)
         h_dst = None if x_dst is None else (h_src if shared else lin_dst(x_dst).view(-1, H, C))
 
+        edge_index = _coalesced_for_loops(self._graphs, edge_index, self.add_self_loops)
         num_src, num_dst = _sizes(x_src, x_dst, size, edge_index)
         graph = self._graphs.get(edge_index, num_src, num_dst)
         edge_attr = _edge_attr_of(edge_index, edge_attr, self.lin_edge)

@@ -7,8 +7,8 @@ from torch.nn import Parameter
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, glorot, linear,
                                linears_of_one_input, materialise_lazy, reset_linear, split_pair)
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
-                                    _combine_heads, _edge_attr_of, _in_dtype, _op_bias,
-                                    _returned_weights, _with_self_loops)
+                                    _coalesced_for_loops, _combine_heads, _edge_attr_of,
+                                    _in_dtype, _op_bias, _returned_weights, _with_self_loops)
 from gnnio.ops import graph_attention
 
 
@@ -121,6 +121,7 @@ class GATv2Conv(torch.nn.Module):
             x_r = self.lin_r(x_dst).view(-1, H, C)
 
         num_src, num_dst = x_src.size(0), x_dst.size(0)
+        edge_index = _coalesced_for_loops(self._graphs, edge_index, self.add_self_loops)
         graph = self._graphs.get(edge_index, num_src, num_dst)
         edge_attr = _edge_attr_of(edge_index, edge_attr, self.lin_edge)
         if edge_attr is not None:

@@ -109,8 +109,9 @@ class TransformerConv(torch.nn.Module):
         if x_src.dim() != 2 or x_dst.dim() != 2:
             raise ValueError("gnnio.nn.TransformerConv: node features must be 2-D "
                              "[num_nodes, features]")
+        # (lin_skip only with root_weight: PyG never calls it otherwise, so it stays lazy there)
         materialise_lazy((self.lin_query, x_dst), (self.lin_key, x_src), (self.lin_value, x_src),
-                         (self.lin_skip, x_dst))
+                         (self.lin_skip, x_dst if self.root_weight else None))
         want_weights = isinstance(return_attention_weights, bool)
         dropout = self.dropout if self.training else 0.0
         form, _ = plan_transformer(
