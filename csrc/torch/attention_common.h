@@ -298,6 +298,11 @@ inline AttentionBackwardParams attention_backward_params(const AttentionInputs& 
                         stats.sizes() == at::IntArrayRef({b.fwd.num_dst, b.fwd.heads, 2}),
                     "graph_attention backward: stats must be the forward's [num_dst, H, 2]");
   check_csr(in.rowptr_t, in.col_t, b.fwd.num_src, "graph_attention backward");
+  // The kernels read the transpose and t2c with the forward CSR's index type.
+  TORCH_CHECK_VALUE(in.rowptr_t.scalar_type() == in.rowptr.scalar_type(),
+                    text("graph_attention backward: rowptr_t, col_t and t2c must have rowptr's dtype ",
+                         dtype_text(in.rowptr.scalar_type()), ", got ",
+                         dtype_text(in.rowptr_t.scalar_type())));
   TORCH_CHECK_VALUE(in.col_t.numel() == b.fwd.nnz && in.t2c.numel() == b.fwd.nnz &&
                         in.t2c.scalar_type() == in.col_t.scalar_type() && in.t2c.is_contiguous(),
                     "graph_attention backward needs the transposed CSR (rowptr_t, col_t) and t2c");

@@ -12,6 +12,7 @@ std::tuple<at::Tensor, at::Tensor> segment_reduce_cpu_impl(
     int64_t /*light_max_degree*/, const c10::optional<at::Tensor>& /*heavy_src*/,
     const c10::optional<at::Tensor>& /*heavy_src_items*/, int64_t /*light_max_out_degree*/,
     const c10::optional<at::Tensor>& weight) {
+  check_csr(rowptr, col, num_rows, "segment_reduce");  // num_rows >= 0 before the allocation
   const int64_t width = x.dim() == 2 ? x.size(1) : 0;
   auto out = at::empty({num_rows, width}, x.options());
   auto arg = at::empty({num_rows, width}, rowptr.options());
@@ -27,6 +28,9 @@ at::Tensor segment_reduce_backward_cpu_impl(const at::Tensor& rowptr_t, const at
                                             const c10::optional<at::Tensor>& /*heavy_src_items*/,
                                             int64_t /*light_max_out_degree*/,
                                             const c10::optional<at::Tensor>& weight) {
+  check_csr(rowptr_t, col_t, num_src, "segment_reduce backward");
+  TORCH_CHECK_VALUE(grad_out.dim() == 2, text("segment_reduce backward: grad_out must be 2-D, got ",
+                                              sizes_text(grad_out.sizes())));
   auto grad_x = at::empty({num_src, grad_out.size(1)}, grad_out.options());
   const auto g = grad_out.contiguous();
   const auto p = segment_reduce_backward_params(rowptr_t, col_t, t2c, arg, g, num_src, weight, grad_x);

@@ -9,6 +9,7 @@ namespace gnnio::binding {
 
 inline void check_csr(const at::Tensor& rowptr, const at::Tensor& col, int64_t num_rows,
                       const char* which) {
+  TORCH_CHECK_VALUE(num_rows >= 0, text(which, ": num_rows must be >= 0, got ", num_rows));
   index_type_of(rowptr, "rowptr");
   TORCH_CHECK_VALUE(rowptr.scalar_type() == col.scalar_type(),
                     text(which, ": rowptr and col must share a dtype"));

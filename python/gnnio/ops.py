@@ -258,6 +258,8 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
         raise ValueError(f"value is on {value.device} but the graph is on {graph.device}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if isinstance(seed, int) and not -2**63 <= seed < 2**63:
+        raise ValueError(f"seed must fit in a signed 64-bit integer, got {seed}")
     ns, nd, e = graph.num_src, graph.num_dst, graph.num_edges
     heads, channels = value.size(1), value.size(2)
     # key and value rows shared by the query's heads (kind dot): the heads are the query's.
@@ -299,7 +301,8 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     if att is not None and kind == "gat":
         att = _node_term(att, "att", (2, heads, channels))
     elif att is not None:
-        att = _node_term(att.reshape(heads, channels) if att.numel() == heads * channels else att,
+        att = _node_term(att.reshape(heads, channels)
+                         if isinstance(att, torch.Tensor) and att.numel() == heads * channels else att,
                          "att", (heads, channels))
     edge_score = _edge_term(edge_score, graph, "edge_score", (e, heads))
     edge_key = _edge_term(edge_key, graph, "edge_key", (e, heads, channels))

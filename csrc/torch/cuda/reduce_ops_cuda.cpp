@@ -20,6 +20,7 @@ std::tuple<at::Tensor, at::Tensor> segment_reduce_cuda_impl(
     const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& /*heavy_src*/,
     const OptTensor& /*heavy_src_items*/, int64_t /*light_max_out_degree*/, const OptTensor& weight) {
   const c10::cuda::CUDAGuard guard(x.device());
+  check_csr(rowptr, col, num_rows, "segment_reduce");  // num_rows >= 0 before the allocation
   const at::Tensor xs = x.dim() == 2 && x.size(1) > 1 && x.stride(1) != 1 ? x.contiguous() : x;
   const int64_t width = xs.dim() == 2 ? xs.size(1) : 0;
   auto out = at::empty({num_rows, width}, xs.options());
@@ -39,6 +40,9 @@ at::Tensor segment_reduce_backward_cuda_impl(const at::Tensor& rowptr_t, const a
                                              const OptTensor& heavy_src, const OptTensor& heavy_src_items,
                                              int64_t light_max_out_degree, const OptTensor& weight) {
   const c10::cuda::CUDAGuard guard(grad_out.device());
+  check_csr(rowptr_t, col_t, num_src, "segment_reduce backward");
+  TORCH_CHECK_VALUE(grad_out.dim() == 2, text("segment_reduce backward: grad_out must be 2-D, got ",
+                                              sizes_text(grad_out.sizes())));
   auto grad_x = at::empty({num_src, grad_out.size(1)}, grad_out.options());
   const auto g = grad_out.contiguous();
   auto p = segment_reduce_backward_params(rowptr_t, col_t, t2c, arg, g, num_src, weight, grad_x);

@@ -107,6 +107,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& rowptr, const at::Tensor& col,
                           const at::Tensor& /*rowptr_t*/, const at::Tensor& /*col_t*/,
                           const c10::optional<at::Tensor>& /*value_t*/, int64_t /*cache_key_t*/) {
   const c10::cuda::CUDAGuard guard(x.device());
+  check_csr(rowptr, col, num_rows, "spmm");  // num_rows >= 0 before the allocation
   const at::Tensor xs = x.dim() == 2 && x.size(1) > 1 && x.stride(1) != 1 ? x.contiguous() : x;
   auto out = at::empty({num_rows, xs.dim() == 2 ? xs.size(1) : 0}, xs.options());
   SpmmParams p = spmm_params(rowptr, col, value, xs, num_rows, num_cols, out);

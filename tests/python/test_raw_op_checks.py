@@ -1,0 +1,80 @@
+"""Raw registered ops (torch.ops.gnnio.*) and gnnio.ops.graph_attention: argument checks that
+crashed or raised the wrong exception before (a reviewer's findings). The raw calls run in a
+subprocess each, so a crash shows as a failure rather than killing pytest."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PRE = """
+import torch, gnnio
+from gnnio._ops import ops
+ei = torch.tensor([[0, 1, 2, 3, 0, 1], [1, 2, 3, 0, 2, 3]])
+g = gnnio.Graph(ei, num_nodes=4)
+fwd, t = g.csr_by_dst, g.csr_by_src
+"""
+
+
+def _run(code):
+    src = PRE + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("fwd_dtype,t_dtype", [("long", "int"), ("int", "long")])
+def test_attention_backward_rejects_transpose_of_another_index_dtype(fwd_dtype, t_dtype):
+    r = _run(f"""
+    v = torch.randn(4, 2, 3, requires_grad=True)
+    out = ops.graph_attention(fwd.rowptr.{fwd_dtype}(), fwd.col.{fwd_dtype}(), 0, v, torch.randn(4, 2),
+                              None, None, None, None, None, None, None, 4, 0.2, 1.0, 0.0, 0, False,
+                              t.rowptr.{t_dtype}(), t.col.{t_dtype}(), g.src_slot_to_dst_slot.{t_dtype}())[0]
+    try:
+        out.sum().backward()
+    except ValueError as e:
+        assert "rowptr_t" in str(e), e
+        print("RAISED")
+    """)
+    assert r.returncode == 0, f"crashed (rc {r.returncode}): {r.stderr[-500:]}"
+    assert "RAISED" in r.stdout, "no ValueError: the transpose was read with the forward's index type"
+
+
+@pytest.mark.parametrize("call", [
+    "ops.spmm(fwd.rowptr[:0], fwd.col, None, torch.randn(4, 3), -1, 4, -1, t.rowptr, t.col, None, -1)",
+    "ops.segment_reduce(fwd.rowptr[:0], fwd.col, torch.randn(4, 3), -1, 4, 'max', t.rowptr, t.col, t.col)",
+    "ops.segment_reduce_backward(t.rowptr[:0], t.col, t.col, fwd.rowptr.new_zeros(4, 3), torch.ones(4, 3), -1)",
+    "ops.graph_attention(fwd.rowptr[:0], fwd.col, 0, torch.randn(4, 2, 3), torch.randn(4, 2), None, None, "
+    "None, None, None, None, None, -1, 0.2, 1.0, 0.0, 0, False, t.rowptr, t.col, t.col)",
+], ids=["spmm", "segment_reduce", "segment_reduce_backward", "graph_attention"])
+def test_negative_num_rows_is_a_value_error(call):
+    r = _run(f"""
+    try:
+        {call}
+    except ValueError as e:
+        assert "num_rows" in str(e), e
+        print("RAISED")
+    """)
+    assert r.returncode == 0, r.stderr[-500:]
+    assert "RAISED" in r.stdout
+
+
+def test_gatv2_att_not_a_tensor_is_a_value_error():
+    import torch
+
+    import gnnio
+
+    g = gnnio.Graph(torch.tensor([[0, 1, 2, 3, 0, 1], [1, 2, 3, 0, 2, 3]]), num_nodes=4)
+    t = torch.randn(4, 2, 3)
+    with pytest.raises(ValueError, match="att"):
+        gnnio.ops.graph_attention(g, "gatv2", t, query=t, key=t, att=[1.0] * 6)
+
+
+@pytest.mark.parametrize("seed", [2**63, 2**70, -2**63 - 1])
+def test_seed_outside_int64_is_a_value_error(seed):
+    import torch
+
+    import gnnio
+
+    g = gnnio.Graph(torch.tensor([[0, 1, 2, 3, 0, 1], [1, 2, 3, 0, 2, 3]]), num_nodes=4)
+    with pytest.raises(ValueError, match="seed"):
+        gnnio.ops.graph_attention(g, "gat", torch.randn(4, 2, 3), src_score=torch.randn(4, 2),
+                                  dropout=0.5, seed=seed)
