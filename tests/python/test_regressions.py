@@ -4,6 +4,7 @@ import torch
 
 import gnnio
 from graphs import random_graph
+from layer_pairs import make_pair
 
 
 def test_width_one_column_slice_keeps_its_row_stride(device):
@@ -52,16 +53,6 @@ def test_raw_segment_reduce_backward_rejects_non_contiguous_t2c():
 
 # --- Session of 2026-12-05 (sixth): two reviewers' findings, each test failing before its fix.
 
-def _pyg_pair(name, *args, **kwargs):
-    import torch_geometric.nn as pyg_nn
-
-    torch.manual_seed(0)
-    pyg = getattr(pyg_nn, name)(*args, **kwargs)
-    ours = getattr(gnnio.nn, name)(*args, **kwargs)
-    ours.load_state_dict(pyg.state_dict())
-    return pyg, ours
-
-
 @pytest.mark.parametrize("opts", [{}, {"improved": True}, {"add_self_loops": False}])
 @pytest.mark.parametrize("first,later", [("w1", None), (None, "w1"), ("w1", "w2")])
 def test_gcn_cached_keeps_the_first_calls_edge_weight(opts, first, later):
@@ -69,7 +60,7 @@ def test_gcn_cached_keeps_the_first_calls_edge_weight(opts, first, later):
     # calls' edge_weight is ignored (gnnio renormalised each call's weight).
     x, ei = torch.randn(8, 5), torch.randint(0, 8, (2, 20))
     weights = {None: None, "w1": torch.rand(20), "w2": torch.rand(20)}
-    pyg, ours = _pyg_pair("GCNConv", 5, 3, cached=True, **opts)
+    pyg, ours = make_pair("GCNConv", 5, 3, cached=True, **opts)
     torch.testing.assert_close(ours(x, ei, weights[first]), pyg(x, ei, weights[first]))
     for _ in range(2):
         torch.testing.assert_close(ours(x, ei, weights[later]), pyg(x, ei, weights[later]))
@@ -81,7 +72,7 @@ def test_gcn_cached_without_normalize_caches_nothing():
     x = torch.randn(8, 5)
     ei1, ei2 = torch.randint(0, 8, (2, 20)), torch.randint(0, 8, (2, 15))
     w1, w2 = torch.rand(20), torch.rand(15)
-    pyg, ours = _pyg_pair("GCNConv", 5, 3, cached=True, normalize=False, add_self_loops=False)
+    pyg, ours = make_pair("GCNConv", 5, 3, cached=True, normalize=False, add_self_loops=False)
     torch.testing.assert_close(ours(x, ei1, w1), pyg(x, ei1, w1))
     torch.testing.assert_close(ours(x, ei2), pyg(x, ei2))
     torch.testing.assert_close(ours(x, ei2, w2), pyg(x, ei2, w2))
@@ -94,7 +85,7 @@ INFERENCE_LAYERS = ["GCNConv", "GraphConv", "SAGEConv", "GATConv", "GATv2Conv", 
 def test_in_place_change_of_an_inference_edge_index_is_seen(name):
     # Inference tensors have no version counter but can be written inside inference mode: the
     # layers' Graph cache must not serve the old edges.
-    pyg, ours = _pyg_pair(name, 4, 3)
+    pyg, ours = make_pair(name, 4, 3)
     x = torch.randn(6, 4)
     with torch.inference_mode():
         ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
@@ -106,7 +97,7 @@ def test_in_place_change_of_an_inference_edge_index_is_seen(name):
 @pytest.mark.parametrize("name", INFERENCE_LAYERS)
 def test_sparse_adjacency_made_in_inference_mode(name):
     # adjacency_key read adj._version, which inference tensors do not have (RuntimeError).
-    pyg, ours = _pyg_pair(name, 4, 3)
+    pyg, ours = make_pair(name, 4, 3)
     x, ei = torch.randn(6, 4), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
     with torch.inference_mode():
         adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(4), (6, 6)).coalesce()
@@ -161,7 +152,7 @@ def test_reordered_refuses_a_sparse_adjacency():
 def test_zero_node_graph_backward(name, kwargs):
     # The gradient of an empty output's sum is a stride-0 view (refused by the stride checks),
     # and reshape({0, -1}) of the fused bias gradient is ambiguous.
-    pyg, ours = _pyg_pair(name, 4, 2, **kwargs)
+    pyg, ours = make_pair(name, 4, 2, **kwargs)
     ei = torch.empty(2, 0, dtype=torch.long)
     x, xp = torch.randn(0, 4, requires_grad=True), torch.randn(0, 4, requires_grad=True)
     out = ours(x, ei)
@@ -175,7 +166,7 @@ def test_zero_node_graph_backward(name, kwargs):
 def test_gcn_output_dtype_follows_a_wider_edge_weight():
     # PyG's message edge_weight * x_j promotes: float32 x with float64 weights gives float64.
     x, ei, w = torch.randn(8, 5), torch.randint(0, 8, (2, 20)), torch.rand(20, dtype=torch.float64)
-    pyg, ours = _pyg_pair("GCNConv", 5, 3)
+    pyg, ours = make_pair("GCNConv", 5, 3)
     out, ref = ours(x, ei, w), pyg(x, ei, w)
     assert out.dtype == ref.dtype == torch.float64
     torch.testing.assert_close(out, ref)
@@ -216,8 +207,6 @@ def test_uncoalesced_coo_with_self_loops_is_coalesced_as_pyg_does(layer):
     # PyG's loop utilities coalesce a COO adj_t: a duplicated entry is one edge, one weight.
     import warnings
 
-    import torch_geometric.nn as pyg_nn
-
     n = 6
     ei = torch.tensor([[0, 1, 2, 3, 0, 4, 2], [1, 2, 3, 4, 1, 5, 2]])  # (0->1) twice, a loop
     x = torch.randn(n, 4, dtype=torch.double)
@@ -225,9 +214,7 @@ def test_uncoalesced_coo_with_self_loops_is_coalesced_as_pyg_does(layer):
     def adj_t():  # a fresh one per call: PyG marks its input coalesced in place
         return torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1), dtype=torch.double), (n, n))
 
-    pyg = getattr(pyg_nn, layer)(4, 3, heads=2).double()
-    ours = getattr(gnnio.nn, layer)(4, 3, heads=2).double()
-    ours.load_state_dict(pyg.state_dict())
+    pyg, ours = (m.double() for m in make_pair(layer, 4, 3, heads=2))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out_p, (adj_p, a_p) = pyg(x, adj_t(), return_attention_weights=True)

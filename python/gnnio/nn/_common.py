@@ -222,6 +222,11 @@ class GraphCache:
             self._unit_values = bool((values == 1).all())
         return graph, None if self._unit_values else values
 
+    def coalesced(self, adj: torch.Tensor) -> torch.Tensor:
+        """adj.coalesce(): the kept coalesced copy (see _coalesce) while the same unmodified
+        adjacency comes back, a fresh coalesce when its values need a gradient."""
+        return adj.coalesce() if adj.requires_grad else self._coalesce(adj)[0]
+
     def _coalesce(self, adj: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(structure, values) of adj.coalesce(). The structure (a coalesced copy without
         gradient) is kept while the same unmodified adjacency is passed, so its Graph is too; the

@@ -162,7 +162,7 @@ def _coalesced_for_loops(graphs: GraphCache, edge_index, add_self_loops: bool):
     stored entry.)"""
     if (add_self_loops and isinstance(edge_index, Tensor) and edge_index.layout == torch.sparse_coo
             and not edge_index.is_coalesced()):
-        return edge_index.coalesce() if edge_index.requires_grad else graphs._coalesce(edge_index)[0]
+        return graphs.coalesced(edge_index)
     return edge_index
 
 
