@@ -50,6 +50,7 @@ def _extension():
         "csrc/gnnio/wsb/cpu.cpp",
         "csrc/gnnio/wsb/attention_cpu.cpp",
         "csrc/gnnio/dense/column_sum_cpu.cpp",
+        "csrc/gnnio/transformer/cpu.cpp",
         "csrc/torch/registration.cpp",
         "csrc/torch/graph_ops.cpp",
         "csrc/torch/spmm_ops.cpp",
@@ -63,6 +64,7 @@ def _extension():
         "csrc/torch/wsb_autograd.cpp",
         "csrc/torch/wsb_attention_ops.cpp",
         "csrc/torch/column_sum_ops.cpp",
+        "csrc/torch/transformer_ops.cpp",
     ]
     # No FMA contraction on the CPU either (GCC contracts by default where the target has FMA,
     # e.g. aarch64 hosts): the CPU kernels round each product on its own, as the CUDA kernels'

@@ -607,7 +607,7 @@ def _nearest_measurement(ept: float, dtype: torch.dtype) -> str:
 # v18); one x_j row gathered per edge instead of 2 H rows of C, at H x F instead of C channels
 # per head of score and aggregation work. It needs the softmax weights to sum to one per
 # non-empty row (no dropout) and no edge term (W_e e_ij would be gathered per edge and head).
-TRANSFORMER_FORMS = ("direct", "reassociated")
+TRANSFORMER_FORMS = ("direct", "reassociated", "fused")
 
 
 def _shared_rows_fit(heads: int, features: int) -> bool:
@@ -617,16 +617,26 @@ def _shared_rows_fit(heads: int, features: int) -> bool:
     return features <= 256 and heads * per_lane <= 32
 
 
+def _fused_fit(heads: int, channels: int, features: int, dtype: Optional[torch.dtype]) -> bool:
+    """transformer_fused_cuda_supported's shapes: float32, F = H x C = 128, 1, 2 or 4 heads."""
+    return dtype == torch.float32 and features == 128 and heads * channels == 128 and heads in (1, 2, 4)
+
+
 def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, weights: bool,
                      plain: bool = True, autocast: bool = False, heads: int = 1,
-                     features: int = 0, form: Optional[str] = None) -> Tuple[str, str]:
+                     features: int = 0, form: Optional[str] = None, channels: int = 0,
+                     dtype: Optional[torch.dtype] = None) -> Tuple[str, str]:
     """(form, reason) for a TransformerConv call. ``form`` (or GNNIO_TRANSFORMER_FORM when it is
-    None) is 'direct', 'reassociated' or 'auto'; 'reassociated' falls back to 'direct' (with the
-    reason) where it does not apply: an edge term, dropout, returned attention weights, lin_key
-    or lin_value not plain Linears (a hook or a subclass would not see the weights used
-    directly), autocast (its casts are the linears'), or on CUDA more ``heads`` or input
-    ``features`` than the shared-row kernel holds (8 heads of up to 128 features, 4 of up to
-    256: attention_forward_cuda_shared_rows; the op would copy x per head).
+    None) is 'direct', 'reassociated', 'fused' or 'auto'. 'reassociated' falls back to 'direct'
+    (with the reason) where it does not apply: an edge term, dropout, returned attention
+    weights, lin_key or lin_value not plain Linears (a hook or a subclass would not see the
+    weights used directly), autocast (its casts are the linears'), or on CUDA more ``heads`` or
+    input ``features`` than the shared-row kernel holds (8 heads of up to 128 features, 4 of up
+    to 256: attention_forward_cuda_shared_rows; the op would copy x per head). 'fused' is the
+    reassociated form in one kernel per tile of destinations (gnnio::transformer_fused_forward:
+    no [N, H, F] tensor through memory); where the reassociated form applies, it runs on the CPU
+    at any shape and on CUDA at float32, ``features`` = heads x ``channels`` = 128 and 1, 2 or 4
+    heads, and falls back to 'reassociated' otherwise.
     'auto' picks 'direct' on every device: the reassociated form was measured slower on the CPU
     (1.7-2.8x, bench/NOTES.md v19) and on the H200 (its forward 1.4-1.6x direct's on graphs of
     mean in-degree 16 and 50, NOTES v20: its shared-row kernel does 4x the per-slot arithmetic
@@ -636,19 +646,26 @@ def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, we
     if form is None:
         form, source = _env("GNNIO_TRANSFORMER_FORM", compiling) or "auto", "GNNIO_TRANSFORMER_FORM"
     if form not in TRANSFORMER_FORMS + ("auto",):
-        raise ValueError(f"{source} must be 'direct', 'reassociated' or 'auto', got {form!r}")
+        raise ValueError(f"{source} must be 'direct', 'reassociated', 'fused' or 'auto', got {form!r}")
     if form == "auto":
         return "direct", (f"direct: the default on {device.type} (the reassociated form "
                           f"measured slower, bench/NOTES.md v19 on the CPU, v20 on the H200)")
     if form == "direct":
         return "direct", f"direct: forced ({source})"
+    fused_fits = device.type != "cuda" or _fused_fit(heads, channels, features, dtype)
     blockers = [name for name, on in (("an edge term", edge_term), ("dropout", dropout),
                                       ("attention weights returned", weights),
                                       ("lin_key / lin_value not plain Linears", not plain),
                                       ("autocast", autocast),
                                       ("more heads or input features than the CUDA kernel holds",
-                                       device.type == "cuda" and not _shared_rows_fit(heads, features)))
+                                       device.type == "cuda" and not _shared_rows_fit(heads, features)
+                                       and not (form == "fused" and fused_fits)))
                 if on]
     if blockers:
-        return "direct", f"direct: reassociated asked ({source}) but not with {', '.join(blockers)}"
+        return "direct", f"direct: {form} asked ({source}) but not with {', '.join(blockers)}"
+    if form == "fused":
+        if fused_fits:
+            return "fused", f"fused: forced ({source})"
+        return "reassociated", (f"reassociated: fused asked ({source}) but the CUDA kernel takes "
+                                f"float32 with 128 features = heads x channels, 1, 2 or 4 heads")
     return "reassociated", f"reassociated: forced ({source})"

@@ -1,5 +1,7 @@
 """gnnio.nn.TransformerConv's reassociated form (W_k and W_v around the aggregation, the op with
-rows shared by the heads) against PyG 2.8 on the same weights, and the planner's choice of form
+rows shared by the heads) and its fused form (the same algorithm in one op per tile of
+destinations, gnnio::transformer_fused_forward; on the CPU at any shape) against PyG 2.8 on the
+same weights, and the planner's choice of form
 (gnnio.plan.plan_transformer): where it applies, where it falls back, how it is forced."""
 import pytest
 import torch
@@ -10,6 +12,7 @@ from graphs import hub
 from test_attention import TRANSFORMER_OPTIONS, cases, layer_call, make_pair, run_pair
 
 FORM = "GNNIO_TRANSFORMER_FORM"
+FORMS = ["reassociated", "fused"]
 # Every option without an edge term: the ones the reassociated form runs.
 NO_EDGE = {k: v for k, v in TRANSFORMER_OPTIONS.items() if "edge_dim" not in v}
 
@@ -36,22 +39,36 @@ def count_reassociated(monkeypatch):
     return calls
 
 
+def count_fused(monkeypatch):
+    """Calls of the fused op from the reassociated node."""
+    from gnnio.nn.conv import _reassociated
+
+    calls = []
+    real = _reassociated._fused_forward
+    monkeypatch.setattr(_reassociated, "_fused_forward", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("opt", list(NO_EDGE))
 @pytest.mark.parametrize("name,ei,n", cases(), ids=lambda c: c if isinstance(c, str) else "")
-def test_reassociated_matches_pyg(monkeypatch, opt, name, ei, n):
+def test_reassociated_matches_pyg(monkeypatch, opt, name, ei, n, form):
     """Output and every gradient no worse against PyG's float64 than PyG's own float32 (2x, the
-    suite's rule), through the reassociated node."""
-    monkeypatch.setenv(FORM, "reassociated")
+    suite's rule), through the reassociated node (and the fused op, in its form)."""
+    monkeypatch.setenv(FORM, form)
+    fused_calls = count_fused(monkeypatch)
     pyg, ours = make_pair("TransformerConv", 7, 5, **NO_EDGE[opt])
     calls = count_reassociated(monkeypatch)
     x = torch.randn(n, 7)
     run_pair(pyg, ours, layer_call(x, ei, None), rows=n + ei.size(1))
     assert calls
+    assert bool(fused_calls) == (form == "fused")
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("ns,nd", [(30, 12), (12, 30)])
-def test_reassociated_bipartite(monkeypatch, ns, nd):
-    monkeypatch.setenv(FORM, "reassociated")
+def test_reassociated_bipartite(monkeypatch, ns, nd, form):
+    monkeypatch.setenv(FORM, form)
     pyg, ours = make_pair("TransformerConv", (6, 4), 3, heads=2)
     gen = torch.Generator().manual_seed(ns * 100 + nd)
     ei = torch.stack([torch.randint(ns, (90,), generator=gen), torch.randint(nd, (90,), generator=gen)])
@@ -64,17 +81,19 @@ def test_reassociated_bipartite(monkeypatch, ns, nd):
     run_pair(pyg, ours, call, rows=ns + nd + ei.size(1))
 
 
-def test_reassociated_hub_of_100k_neighbours(monkeypatch):
-    monkeypatch.setenv(FORM, "reassociated")
+@pytest.mark.parametrize("form", FORMS)
+def test_reassociated_hub_of_100k_neighbours(monkeypatch, form):
+    monkeypatch.setenv(FORM, form)
     ei, n = hub()
     pyg, ours = make_pair("TransformerConv", 6, 4, heads=2, beta=True)
     run_pair(pyg, ours, layer_call(torch.randn(n, 6), ei, None), rows=n + ei.size(1))
 
 
-def test_every_parameter_gets_a_gradient(monkeypatch):
+@pytest.mark.parametrize("form", FORMS)
+def test_every_parameter_gets_a_gradient(monkeypatch, form):
     """lin_key.bias's gradient is zero up to rounding (the softmax drops q . b_k), and a tensor,
     as in the direct form (DistributedDataParallel waits for every parameter's gradient)."""
-    monkeypatch.setenv(FORM, "reassociated")
+    monkeypatch.setenv(FORM, form)
     conv = gnnio.nn.TransformerConv(5, 3, heads=2).double()
     ei = torch.randint(20, (2, 80))
     conv(torch.randn(20, 5, dtype=torch.float64), ei).square().sum().backward()
@@ -139,8 +158,19 @@ def test_plan_transformer_default_and_forcing(monkeypatch):
         assert fits or "more heads or input features" in reason
         assert plan_transformer(cpu, heads=heads, features=features, form="reassociated",
                                 **flags)[0] == "reassociated"
-    monkeypatch.setenv(FORM, "fused")
-    with pytest.raises(ValueError, match=f"{FORM} must be 'direct', 'reassociated' or 'auto'"):
+    assert plan_transformer(cpu, form="fused", **flags) == ("fused", "fused: forced (argument)")
+    for heads, channels, features, dtype, fits in (
+            (4, 32, 128, torch.float32, True), (2, 64, 128, torch.float32, True),
+            (1, 128, 128, torch.float32, True), (8, 16, 128, torch.float32, False),
+            (4, 32, 128, torch.bfloat16, False), (4, 16, 128, torch.float32, False),
+            (4, 32, 64, torch.float32, False)):
+        form, reason = plan_transformer(cuda, heads=heads, features=features, channels=channels,
+                                        dtype=dtype, form="fused", **flags)
+        assert form == ("fused" if fits else "reassociated"), (heads, channels, features, reason)
+        assert plan_transformer(cpu, heads=heads, features=features, channels=channels, dtype=dtype,
+                                form="fused", **flags)[0] == "fused"
+    monkeypatch.setenv(FORM, "both")
+    with pytest.raises(ValueError, match=f"{FORM} must be 'direct', 'reassociated', 'fused' or 'auto'"):
         plan_transformer(cpu, **flags)
     with pytest.raises(ValueError, match="argument must be"):
         plan_transformer(cpu, form="both", **flags)
@@ -164,9 +194,10 @@ def test_reassociated_node_gradcheck_float64(bias):
               r(heads * channels) if bias else None, r(heads * channels, features),
               r(heads * channels) if bias else None)
 
-    def fn(*args):
-        return ReassociatedAttention.apply(*args, graph, 0.6, None, True)
-    assert torch.autograd.gradcheck(fn, inputs)
+    for fused in (False, True):
+        def fn(*args):
+            return ReassociatedAttention.apply(*args, graph, 0.6, None, True, fused)
+        assert torch.autograd.gradcheck(fn, inputs)
 
 
 def test_reassociated_frozen_query_and_inference(monkeypatch):
@@ -177,7 +208,7 @@ def test_reassociated_frozen_query_and_inference(monkeypatch):
     ei = torch.randint(40, (2, 300), generator=gen)
     x = torch.randn(40, 6, generator=gen, dtype=torch.float64)
     results = {}
-    for form in ("direct", "reassociated"):
+    for form in ("direct", "reassociated", "fused"):
         monkeypatch.setenv(FORM, form)
         torch.manual_seed(0)
         conv = gnnio.nn.TransformerConv(6, 3, heads=2).double()
@@ -189,8 +220,9 @@ def test_reassociated_frozen_query_and_inference(monkeypatch):
         results[form] = [out.detach()] + [p.grad for p in conv.parameters() if p.requires_grad]
     # float64: the forms sum the same terms in another order (rows of ~8 edges, 6-feature dots),
     # a few hundred eps apart at most; lin_key.bias's gradient is rounding noise around 0 in both.
-    for a, b in zip(results["direct"], results["reassociated"]):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    for form in ("reassociated", "fused"):
+        for a, b in zip(results["direct"], results[form]):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
 def test_reassociated_inference_prepares_no_backward(monkeypatch):

@@ -31,6 +31,23 @@ def headwise(x: Tensor, w: Tensor) -> Tensor:
     return out
 
 
+def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, w_value: Tensor,
+                   b_value: Optional[Tensor], residual: Optional[Tensor], scale: float, plan):
+    """gnnio::transformer_fused_forward with the planner's split (CUDA): (out [N_dst, H C],
+    stats [N_dst, H, 2])."""
+    fwd = graph.csr_by_dst
+    split = ()
+    if plan is not None and plan.heavy_rows is not None:
+        items = plan.heavy_items
+        offsets = graph._cached(("transformer_item_offsets", plan.light_max_degree), lambda: torch.searchsorted(
+            items[:, 0].contiguous(), torch.arange(plan.heavy_rows.numel() + 1, device=items.device)))
+        split = (plan.heavy_rows, items, offsets, plan.light_max_degree)
+    return _ops.transformer_fused_forward(
+        fwd.rowptr, fwd.col, x_src.contiguous(), query, w_key.contiguous(),
+        w_value.t().contiguous(), b_value, None if residual is None else residual.contiguous(),
+        float(scale), *split)
+
+
 class ReassociatedAttention(torch.autograd.Function):
     """(x_src [N_src, F], query [N_dst, H, C], W_k [H C, F], b_k, W_v [H C, F], b_v, graph,
     scale, plan, need_grad) -> the attention output [N_dst, H, C] (plan: gnnio.plan.plan_attention's,
@@ -39,26 +56,39 @@ class ReassociatedAttention(torch.autograd.Function):
     kept or built for one."""
 
     @staticmethod
+    def delta_in_pass_a() -> bool:
+        """Whether the CUDA backward forms D_i in its pass A (when query needs a gradient), so
+        that the forward keeps no out (GNNIO_DOT_DELTA_IN_PASS_A=0 turns it off)."""
+        return os.environ.get("GNNIO_DOT_DELTA_IN_PASS_A", "1")[:1] != "0"
+
+    @staticmethod
     def forward(ctx, x_src: Tensor, query: Tensor, w_key: Tensor, b_key: Optional[Tensor],
                 w_value: Tensor, b_value: Optional[Tensor], graph, scale: float, plan,
-                need_grad: bool) -> Tensor:
+                need_grad: bool, fused: bool = False, residual: Optional[Tensor] = None) -> Tensor:
         heads, channels = query.shape[1:]
         features = x_src.size(1)
         query = query.contiguous()
-        query_t = headwise(query, w_key.view(heads, channels, features))  # [N_dst, H, F]
-        rows = x_src.contiguous().unsqueeze(1)  # [N_src, 1, F]: every head's key and value
         fwd = graph.csr_by_dst
-        rowptr_t, col_t = graph.backward_csr(need_grad)  # (empty without a backward)
-        t2c = graph.src_slot_to_dst_slot if need_grad else col_t
-        mixed, stats, _, _ = _ops.graph_attention(
-            fwd.rowptr, fwd.col, 2, rows, None, None, None, query_t, rows, None, None, None,
-            graph.num_dst, 0.2, float(scale), 0.0, 0, False, rowptr_t, col_t, t2c, *_split_args(plan))
-        del query_t
-        out = headwise(mixed, w_value.view(heads, channels, features).transpose(1, 2))
-        del mixed
-        if b_value is not None:
-            has_rows = (graph.in_degree() > 0).to(out.dtype).view(-1, 1, 1)
-            out.addcmul_(has_rows, b_value.view(1, heads, channels))
+        if fused:
+            out, stats = _fused_forward(graph, x_src, query, w_key, w_value, b_value, residual,
+                                        scale, plan)
+            out = out.view(-1, heads, channels)
+        else:
+            assert residual is None
+            query_t = headwise(query, w_key.view(heads, channels, features))  # [N_dst, H, F]
+            rows = x_src.contiguous().unsqueeze(1)  # [N_src, 1, F]: every head's key and value
+            rowptr_t, col_t = graph.backward_csr(need_grad)  # (empty without a backward)
+            t2c = graph.src_slot_to_dst_slot if need_grad else col_t
+            mixed, stats, _, _ = _ops.graph_attention(
+                fwd.rowptr, fwd.col, 2, rows, None, None, None, query_t, rows, None, None, None,
+                graph.num_dst, 0.2, float(scale), 0.0, 0, False, rowptr_t, col_t, t2c,
+                *_split_args(plan))
+            del query_t
+            out = headwise(mixed, w_value.view(heads, channels, features).transpose(1, 2))
+            del mixed
+            if b_value is not None:
+                has_rows = (graph.in_degree() > 0).to(out.dtype).view(-1, 1, 1)
+                out.addcmul_(has_rows, b_value.view(1, heads, channels))
         if b_key is not None:  # the direct scores' max: + scale q_i . b_k,h (in stats' precision)
             shift = (query.to(stats.dtype) * b_key.to(stats.dtype).view(1, heads, channels)).sum(-1)
             stats[..., 0] += float(scale) * shift
@@ -66,13 +96,13 @@ class ReassociatedAttention(torch.autograd.Function):
         # query (attention_backward_cuda_delta_in_pass_a; GNNIO_DOT_DELTA_IN_PASS_A=0 turns it
         # off); otherwise it reads out, as the CPU one does: a copy, since the caller may change
         # the returned out in place (an activation after the layer). Nothing without a backward.
-        in_pass_a = (out.is_cuda and ctx.needs_input_grad[1]
-                     and os.environ.get("GNNIO_DOT_DELTA_IN_PASS_A", "1")[:1] != "0")
+        in_pass_a = out.is_cuda and ctx.needs_input_grad[1] and ReassociatedAttention.delta_in_pass_a()
         if not need_grad:
             kept = out.new_empty(0)
         elif in_pass_a:
             kept = out.new_empty(0, dtype=torch.float32)
         else:
+            assert residual is None  # (the layer fuses the skip only where out is not kept)
             kept = out.clone()
         ctx.save_for_backward(x_src, query, w_key, b_key, w_value, b_value, stats, kept)
         ctx.graph, ctx.scale, ctx.plan = graph, float(scale), plan
@@ -113,4 +143,7 @@ class ReassociatedAttention(torch.autograd.Function):
         d_bk = d_key.sum(0) if need_bk and b_key is not None else None
         d_wv = d_value.t() @ x_src if need_wv else None
         d_bv = d_value.sum(0) if need_bv and b_value is not None else None
-        return d_x, d_query, d_wk, d_bk, d_wv, d_bv, None, None, None, None
+        need_residual = len(ctx.needs_input_grad) > 11 and ctx.needs_input_grad[11]
+        d_residual = grad_out.reshape(-1, heads * channels) if need_residual else None
+        return (d_x, d_query, d_wk, d_bk, d_wv, d_bv, None, None, None, None, None, d_residual)[
+            :len(ctx.needs_input_grad)]

@@ -117,8 +117,9 @@ class TransformerConv(torch.nn.Module):
         form, _ = plan_transformer(
             x_src.device, edge_term=self.lin_edge is not None, dropout=dropout > 0,
             weights=want_weights, plain=_plain_linear(self.lin_key) and _plain_linear(self.lin_value),
-            autocast=torch.is_autocast_enabled(x_src.device.type), heads=H, features=x_src.size(1))
-        reassociated = form == "reassociated"
+            autocast=torch.is_autocast_enabled(x_src.device.type), heads=H, features=x_src.size(1),
+            channels=C, dtype=x_src.dtype)
+        reassociated = form in ("reassociated", "fused")
         # The skip first: autograd runs a later node's backward first, so lin_skip's backward
         # (an [N_dst, F] gradient of x_dst, held until every use of x_dst is done) runs after the
         # attention's instead of being alive across it; and without beta the output is written
@@ -145,7 +146,11 @@ class TransformerConv(torch.nn.Module):
             if edge_attr is not None:
                 raise ValueError("gnnio.nn.TransformerConv: edge_attr was given but the layer has "
                                  "no edge_dim")
-            return self._finish(self._reassociated(graph, x_src, query), x_r)
+            if form == "fused" and self._residual_fusable(x_r, x_src, query):
+                # the skip added in the kernel's store (out = x_r + attention, as _finish adds)
+                out = self._reassociated(graph, x_src, query, True, x_r)
+                return out.view(-1, H * C)
+            return self._finish(self._reassociated(graph, x_src, query, form == "fused"), x_r)
         key, value = (t.view(-1, H, C) for t in key_value)
         edge = None
         if self.lin_edge is not None:
@@ -177,17 +182,38 @@ class TransformerConv(torch.nn.Module):
             return out, (_returned_edge_index(edge_index, graph, False), alpha)
         return out
 
-    def _reassociated(self, graph, x_src: Tensor, query: Tensor) -> Tensor:
+    def _reassociated(self, graph, x_src: Tensor, query: Tensor, fused: bool = False,
+                      residual: Optional[Tensor] = None) -> Tensor:
         """The attention output [N_dst, H, C] with W_k and W_v around the aggregation (one
-        autograd node: gnnio.nn.conv._reassociated)."""
+        autograd node: gnnio.nn.conv._reassociated); fused: in one kernel per tile
+        (gnnio::transformer_fused_forward), with ``residual`` added in its store."""
         params = (self.lin_key.weight, self.lin_key.bias, self.lin_value.weight, self.lin_value.bias)
-        need_grad = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (x_src, query) + params)
+        need_grad = self._needs_grad(x_src, query, residual)
         # (the sources' split, and the transposed CSR it reads, only for a backward)
         plan = plan_attention(graph, self.heads * x_src.size(1), backward=need_grad) \
             if x_src.is_cuda else None
         return ReassociatedAttention.apply(x_src, query, *params, graph,
-                                           1.0 / math.sqrt(self.out_channels), plan, need_grad)
+                                           1.0 / math.sqrt(self.out_channels), plan, need_grad,
+                                           fused, residual)
+
+    def _needs_grad(self, x_src: Tensor, query: Tensor, residual: Optional[Tensor] = None) -> bool:
+        params = (self.lin_key.weight, self.lin_key.bias, self.lin_value.weight, self.lin_value.bias)
+        return torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x_src, query, residual) + params)
+
+    def _residual_fusable(self, x_r: Optional[Tensor], x_src: Tensor, query: Tensor) -> bool:
+        """Whether the fused kernel can add the skip in its store: concatenated heads, no beta,
+        lin_skip's own output of the output's shape and dtype, and a backward (if any) that does
+        not read out (the CUDA backward forms D_i in its pass A when query needs a gradient:
+        ReassociatedAttention; a kept out would hold the skip too)."""
+        if x_r is None or self.lin_beta is not None or not self.concat or not x_src.is_cuda:
+            return False
+        if x_r.shape != (query.size(0), self.heads * self.out_channels) or x_r.dtype != query.dtype:
+            return False
+        if not _plain_linear(self.lin_skip):
+            return False
+        return not self._needs_grad(x_src, query, x_r) or (
+            query.requires_grad and ReassociatedAttention.delta_in_pass_a())
 
     def _finish(self, out: Tensor, x_r: Optional[Tensor]) -> Tensor:
         """The heads concatenated or averaged, then the skip (with beta's gate)."""

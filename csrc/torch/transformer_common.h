@@ -1,0 +1,91 @@
+// Shared by the CPU and CUDA bindings of gnnio::transformer_fused_forward: checks, outputs and
+// the params struct (gnnio/transformer/params.h).
+#pragma once
+
+#include "spmm_common.h"
+#include "gnnio/transformer/params.h"
+
+namespace gnnio::binding {
+
+// Operands as the layer passes them: x [N_src, F], query [N_dst, H, C], w_key [H C, F],
+// w_value_t [F, H C], b_value [H C], residual [N_dst, H C]; all of one floating dtype and device,
+// contiguous (the caller's .contiguous(), alive while the kernel runs). out [N_dst, H C] and
+// stats [N_dst, H, 2] are allocated here.
+inline TransformerFusedParams transformer_fused_params(
+    const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, const at::Tensor& query,
+    const at::Tensor& w_key, const at::Tensor& w_value_t, const c10::optional<at::Tensor>& b_value,
+    const c10::optional<at::Tensor>& residual, double scale, at::Tensor& out, at::Tensor& stats) {
+  constexpr const char* what = "transformer_fused_forward";
+  TORCH_CHECK_VALUE(query.dim() == 3, text(what, ": query must be [N_dst, H, C], got ",
+                                           sizes_text(query.sizes())));
+  const int64_t num_dst = query.size(0), H = query.size(1), C = query.size(2);
+  check_csr(rowptr, col, num_dst, what);
+  TORCH_CHECK_VALUE(x.dim() == 2, text(what, ": x must be [N_src, F], got ", sizes_text(x.sizes())));
+  const int64_t F = x.size(1);
+  TORCH_CHECK_VALUE(w_key.dim() == 2 && w_key.size(0) == H * C && w_key.size(1) == F,
+                    text(what, ": w_key must be [H C, F] = [", H * C, ", ", F, "], got ",
+                         sizes_text(w_key.sizes())));
+  TORCH_CHECK_VALUE(w_value_t.dim() == 2 && w_value_t.size(0) == F && w_value_t.size(1) == H * C,
+                    text(what, ": w_value_t must be [F, H C] = [", F, ", ", H * C, "], got ",
+                         sizes_text(w_value_t.sizes())));
+  TORCH_CHECK_VALUE(!b_value || (b_value->dim() == 1 && b_value->size(0) == H * C),
+                    text(what, ": b_value must be [H C]"));
+  TORCH_CHECK_VALUE(!residual || (residual->dim() == 2 && residual->size(0) == num_dst &&
+                                  residual->size(1) == H * C),
+                    text(what, ": residual must be [N_dst, H C]"));
+  const ScalarType st = scalar_type_of(x, "transformer_fused_forward: x");
+  for (const at::Tensor* t : {&query, &w_key, &w_value_t}) {
+    TORCH_CHECK_TYPE(t->scalar_type() == x.scalar_type(), text(what, ": every operand must be ",
+                                                               dtype_text(x.scalar_type())));
+    check_same_device(*t, "an operand", x, "x");
+    TORCH_INTERNAL_ASSERT(t->is_contiguous());
+  }
+  for (const auto* t : {&b_value, &residual}) {
+    if (!t->has_value()) continue;
+    TORCH_CHECK_TYPE((*t)->scalar_type() == x.scalar_type(), text(what, ": every operand must be ",
+                                                                  dtype_text(x.scalar_type())));
+    check_same_device(**t, "an operand", x, "x");
+    TORCH_INTERNAL_ASSERT((*t)->is_contiguous());
+  }
+  TORCH_INTERNAL_ASSERT(x.is_contiguous());
+  check_same_device(rowptr, "rowptr", x, "x");
+  check_same_device(col, "col", x, "x");
+  out = at::empty({num_dst, H * C}, x.options());
+  stats = at::empty({num_dst, H, 2}, x.options());
+  TransformerFusedParams p;
+  p.rowptr = rowptr.data_ptr();
+  p.col = col.data_ptr();
+  p.index_type = index_type_of(rowptr, "rowptr");
+  p.scalar_type = st;
+  p.num_dst = num_dst;
+  p.num_src = x.size(0);
+  p.heads = H;
+  p.channels = C;
+  p.features = F;
+  p.x = x.data_ptr();
+  p.query = query.data_ptr();
+  p.w_key = w_key.data_ptr();
+  p.w_value_t = w_value_t.data_ptr();
+  p.b_value = b_value ? b_value->data_ptr() : nullptr;
+  p.residual = residual ? residual->data_ptr() : nullptr;
+  p.scale = scale;
+  p.out = out.data_ptr();
+  p.stats = stats.data_ptr();
+  return p;
+}
+
+// The operands made contiguous, kept alive for the kernel's call.
+struct TransformerFusedOperands {
+  at::Tensor x, query, w_key, w_value_t;
+  c10::optional<at::Tensor> b_value, residual;
+  TransformerFusedOperands(const at::Tensor& x_, const at::Tensor& query_, const at::Tensor& w_key_,
+                           const at::Tensor& w_value_t_, const c10::optional<at::Tensor>& b_value_,
+                           const c10::optional<at::Tensor>& residual_)
+      : x(x_.contiguous()), query(query_.contiguous()), w_key(w_key_.contiguous()),
+        w_value_t(w_value_t_.contiguous()) {
+    if (b_value_) b_value = b_value_->contiguous();
+    if (residual_) residual = residual_->contiguous();
+  }
+};
+
+}  // namespace gnnio::binding

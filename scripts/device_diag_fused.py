@@ -1,0 +1,48 @@
+"""Where TransformerConv's forward spends its time, form by form (bench/NOTES.md v21): the
+layer's forward (128 -> 4 x 32, float32, the benchmark's inputs) in the direct and fused forms,
+timed with CUDA events, then every kernel's time by the profiler. Diagnostics, not benchmark
+rows (the rows come from `python -m gnnio.bench --layers TransformerConv` with
+GNNIO_TRANSFORMER_FORM set).
+
+    python3 scripts/device_diag_fused.py [graph ...]
+"""
+import os
+import sys
+
+import torch
+
+import gnnio
+from cuda_timing import timed  # scripts/, the script's own folder
+from gnnio import datasets
+
+
+def main():
+    for name in sys.argv[1:] or ["powerlaw-1M-16M"]:
+        d = datasets.load(name)
+        graph = gnnio.Graph(d.edge_index.cuda(), num_nodes=d.num_nodes)
+        print(name, graph.stats())
+        torch.manual_seed(0)
+        conv = gnnio.nn.TransformerConv(128, 32, heads=4).cuda()
+        x = torch.randn(d.num_nodes, 128, device="cuda")
+        for form in ("direct", "fused"):
+            os.environ["GNNIO_TRANSFORMER_FORM"] = form
+
+            def fwd():
+                with torch.no_grad():
+                    return conv(x, graph)
+
+            xg = x.clone().requires_grad_()
+
+            def both():
+                conv(xg, graph).sum().backward()
+            print(f"{form}: forward {timed(fwd):.3f} ms, forward+backward {timed(both):.3f} ms")
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(3):
+                    fwd()
+                torch.cuda.synchronize()
+            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8,
+                                            max_name_column_width=90))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One device call for TransformerConv's fused form (gnnio::transformer_fused_forward, bench/
+# NOTES.md v21): build; the fused CUDA tests and the forms' tests (TEST_S); the forward's
+# kernels by the profiler (scripts/device_diag_fused.py, DIAG_S); then TransformerConv's rows on
+# GRAPHS per form in FORMS (each run has PyG's layer in the same process), BENCH_S each.
+# Results are named by the card (device_prefix). Pass GNNIO_COMMIT=<sent commit>.
+set -uo pipefail
+T0=$(date +%s)
+OUT=${OUT:-/tmp/gnnio-out}
+source scripts/device_common.sh
+device_build
+device_env
+card=$(device_prefix)
+if [ "${TEST_S:-150}" -gt 0 ]; then
+  timeout "${TEST_S:-150}" python3 -m pytest tests/python/test_transformer_fused_cuda.py \
+    tests/python/test_transformer_forms.py ${TEST_K:+-k "$TEST_K"} \
+    -q -p no:cacheprovider > "$OUT/pytest-fused.log" 2>&1
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest-fused.log" | cut -c1-200 | head -20
+  tail -1 "$OUT/pytest-fused.log" | cut -c1-200
+  echo "tests: $(( $(date +%s) - T0 )) s"
+fi
+if [ "${DIAG_S:-60}" -gt 0 ]; then
+  timeout "${DIAG_S:-60}" python3 scripts/device_diag_fused.py ${DIAG_GRAPHS:-powerlaw-1M-16M} \
+    > "$OUT/diag-fused.log" 2>&1 || echo "diag: stopped (rc $?)"
+  grep -E "forward|fused_kernel|merge_kernel|gemm|Kernel|elementwise" "$OUT/diag-fused.log" | cut -c1-160 | head -30
+fi
+for form in ${FORMS:-direct fused}; do
+  GNNIO_TRANSFORMER_FORM=$form timeout "${BENCH_S:-120}" python3 -m gnnio.bench --warmup 3 \
+    --repeat 10 --no-plot --dtype float32 --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" \
+    --layers TransformerConv --out "$OUT/$card-transformer-$form-float32.json" \
+    > "$OUT/bench-$form.log" 2>&1 || echo "$form: stopped (rc $?)"
+  echo "bench $form: $(( $(date +%s) - T0 )) s"
+done
+echo "=== rows"; grep -hE "TransformerConv" "$OUT"/$card-transformer-*.md | cut -c1-220
+exit 0

@@ -1,0 +1,138 @@
+"""TransformerConv's fused reassociated form on CUDA (gnnio::transformer_fused_forward: q~, the
+walk and W_v in one kernel per tile of 32 destinations; heavy rows in items merged after):
+the op against the CPU op in float64 and float32 (no worse than twice the CPU float32 error),
+the layer against PyG's in float64 (no worse than twice PyG's float32 error on CUDA), with the
+skip fused in the store and without, on a random graph, the 2*10^5-neighbour hub (its row
+walked in items), bipartite sizes, a graph without edges, and int64 indices. Skipped without
+a GPU."""
+import copy
+import math
+import zlib
+
+import pytest
+import torch
+
+import gnnio
+from conftest import assert_no_worse_than_reference
+from test_attention import make_pair
+from test_attention_cuda import GRAPHS
+
+pytestmark = pytest.mark.cuda
+EPS32 = torch.finfo(torch.float32).eps
+HEADS = [1, 2, 4]  # the kernel's builds: F = H x C = 128
+
+
+def operands(ns, nd, heads, gen, bias=True, residual=True):
+    C = 128 // heads
+
+    def r(*shape, s=1.0):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64) * s
+    # scales of a trained layer's: scores of a few units, so the softmax is neither flat nor one-hot
+    return dict(x=r(ns, 128), query=r(nd, heads, C, s=0.3), w_key=r(heads * C, 128, s=128 ** -0.5),
+                w_value_t=r(128, heads * C, s=128 ** -0.5), b_value=r(heads * C) if bias else None,
+                residual=r(nd, heads * C) if residual else None)
+
+
+def op(graph, ops, dtype, device, plan=None):
+    csr = graph.csr_by_dst
+    split = ()
+    if plan is not None and plan.heavy_rows is not None:
+        items = plan.heavy_items
+        offsets = torch.searchsorted(items[:, 0].contiguous(),
+                                     torch.arange(plan.heavy_rows.numel() + 1, device=items.device))
+        split = (plan.heavy_rows, items, offsets, plan.light_max_degree)
+    t = {k: None if v is None else v.to(device, dtype) for k, v in ops.items()}
+    C = t["query"].size(2)
+    return torch.ops.gnnio.transformer_fused_forward(
+        csr.rowptr.to(device), csr.col.to(device), t["x"], t["query"], t["w_key"], t["w_value_t"],
+        t["b_value"], t["residual"], C ** -0.5, *split)
+
+
+@pytest.mark.parametrize("heads", HEADS)
+@pytest.mark.parametrize("graph_name", ["random", "hub_in", "bipartite", "no_edges"])
+@pytest.mark.parametrize("index", ["int32", "int64"])
+def test_cuda_fused_op_against_cpu_float64(graph_name, heads, index):
+    ei, (ns, nd) = GRAPHS[graph_name]
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((graph_name, heads, index)).encode()))
+    ops = operands(ns, nd, heads, gen)
+    graph_cpu = gnnio.Graph(ei, size=(ns, nd))
+    graph = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    if index == "int64":
+        for g in (graph_cpu, graph):
+            csr = g.csr_by_dst
+            g.csr_by_dst = type(csr)(csr.rowptr.long(), csr.col.long(), csr.perm.long())
+    plan = gnnio.plan.plan_attention(graph, heads * 128)
+    if graph_name == "hub_in":
+        assert plan.heavy_rows is not None  # the hub's row is walked in items
+    out, stats = op(graph, ops, torch.float32, "cuda", plan)
+    out32, stats32 = op(graph_cpu, ops, torch.float32, "cpu")
+    out64, stats64 = op(graph_cpu, ops, torch.float64, "cpu")
+    rows = 200_000 if graph_name == "hub_in" else 2000
+    for a, b, c in ((out, out32, out64), (stats, stats32, stats64)):
+        floor = 4 * math.sqrt(rows) * EPS32 * max(c.abs().max().item(), 1.0)
+        assert_no_worse_than_reference(a.cpu(), b, c, floor=floor)
+
+
+@pytest.mark.parametrize("heads", HEADS)
+@pytest.mark.parametrize("opt", ["default", "no_root", "beta", "mean", "no_bias", "inference"])
+@pytest.mark.parametrize("graph_name", ["random", "hub_in", "bipartite", "no_edges"])
+def test_cuda_fused_layer_matches_pyg(monkeypatch, graph_name, opt, heads):
+    """Output and every gradient against PyG's layer in float64 (CPU): no worse than twice PyG's
+    own float32 error on CUDA, with the hub tests' floors (a row of L terms rounds like sqrt(L)
+    eps32; a parameter's gradient sums over every row)."""
+    monkeypatch.setenv("GNNIO_TRANSFORMER_FORM", "fused")
+    from gnnio.nn.conv import _reassociated
+    calls = []
+    real = _reassociated._fused_forward
+    monkeypatch.setattr(_reassociated, "_fused_forward", lambda *a: calls.append(1) or real(*a))
+    ei, (ns, nd) = GRAPHS[graph_name]
+    kwargs = dict(heads=heads, root_weight=opt != "no_root", beta=opt == "beta",
+                  concat=opt != "mean", bias=opt != "no_bias")
+    bipartite = ns != nd
+    pyg, ours = make_pair("TransformerConv", (128, 64) if bipartite else 128, 128 // heads, **kwargs)
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((graph_name, opt, heads)).encode()))
+    x = torch.randn(ns, 128, generator=gen)
+    x_dst = torch.randn(nd, 64, generator=gen) if bipartite else None
+    results = []
+    for module, device, dtype in ((ours, "cuda", torch.float32), (pyg, "cuda", torch.float32),
+                                  (pyg, "cpu", torch.float64)):
+        m = copy.deepcopy(module).to(device=device, dtype=dtype)
+        xi = x.to(device, dtype).requires_grad_(opt != "inference")
+        inputs = [xi]
+        if bipartite:
+            inputs.append(x_dst.to(device, dtype).requires_grad_(opt != "inference"))
+        arg = tuple(inputs) if bipartite else xi
+        if opt == "inference":
+            with torch.no_grad():
+                results.append([m(arg, ei.to(device)).cpu()])
+            continue
+        out = m(arg, ei.to(device))
+        gout = torch.cos(torch.arange(out.numel(), device=device, dtype=torch.float64)).view_as(out)
+        params = dict(m.named_parameters())
+        grads = torch.autograd.grad(out, inputs + [params[k] for k in sorted(params)], gout.to(dtype),
+                                    allow_unused=True)
+        results.append([out.cpu()] + [None if g is None else g.cpu() for g in grads])
+    assert calls  # the fused kernel ran (not a fallback)
+    rows = ns + ei.size(1)
+    for i, (a, b, c) in enumerate(zip(*results)):
+        if c is None:
+            continue
+        k = max(8.0, 4 * math.sqrt(rows)) if i >= 1 + (2 if bipartite else 1) else 2 * math.sqrt(200_000)
+        assert_no_worse_than_reference(a, b, c, floor=k * EPS32 * max(c.abs().max().item(), 1.0))
+
+
+def test_cuda_fused_falls_back_where_the_kernel_does_not_fit(monkeypatch):
+    """Shapes the kernel has no build for run the unfused reassociated form, and the plan says so."""
+    monkeypatch.setenv("GNNIO_TRANSFORMER_FORM", "fused")
+    form, reason = gnnio.plan.plan_transformer(torch.device("cuda"), edge_term=False, dropout=False,
+                                               weights=False, heads=8, features=128, channels=16,
+                                               dtype=torch.float32)
+    assert form == "reassociated" and "fused asked" in reason
+    form, _ = gnnio.plan.plan_transformer(torch.device("cuda"), edge_term=False, dropout=False,
+                                          weights=False, heads=4, features=128, channels=32,
+                                          dtype=torch.bfloat16)
+    assert form == "reassociated"
+    ei, (n, _) = GRAPHS["random"]
+    pyg, ours = make_pair("TransformerConv", 64, 16, heads=2)
+    x = torch.randn(n, 64, device="cuda")
+    torch.testing.assert_close(ours.cuda()(x, ei.cuda()), pyg.cuda()(x, ei.cuda()), rtol=1e-4, atol=1e-4)
