@@ -5,6 +5,7 @@ rows (the rows come from `python -m gnnio.bench --layers TransformerConv` with
 GNNIO_TRANSFORMER_FORM set).
 
     python3 scripts/device_diag_fused.py [graph ...]
+    python3 scripts/device_diag_fused.py --ncu [graph]  # one fused forward, for ncu -k fused_kernel
 """
 import os
 import sys
@@ -17,13 +18,22 @@ from gnnio import datasets
 
 
 def main():
-    for name in sys.argv[1:] or ["powerlaw-1M-16M"]:
+    args = sys.argv[1:]
+    ncu = "--ncu" in args
+    args = [a for a in args if a != "--ncu"]
+    for name in args or ["powerlaw-1M-16M"]:
         d = datasets.load(name)
         graph = gnnio.Graph(d.edge_index.cuda(), num_nodes=d.num_nodes)
         print(name, graph.stats())
         torch.manual_seed(0)
         conv = gnnio.nn.TransformerConv(128, 32, heads=4).cuda()
         x = torch.randn(d.num_nodes, 128, device="cuda")
+        if ncu:
+            os.environ["GNNIO_TRANSFORMER_FORM"] = "fused"
+            with torch.no_grad():
+                conv(x, graph)
+            torch.cuda.synchronize()
+            continue
         for form in ("direct", "fused"):
             os.environ["GNNIO_TRANSFORMER_FORM"] = form
 

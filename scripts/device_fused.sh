@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call for TransformerConv's fused form (gnnio::transformer_fused_forward, bench/
 # NOTES.md v21): build; the fused CUDA tests and the forms' tests (TEST_S); the forward's
-# kernels by the profiler (scripts/device_diag_fused.py, DIAG_S); then TransformerConv's rows on
+# kernels by the profiler (scripts/device_diag_fused.py, DIAG_S); the fused kernel under ncu
+# (NCU_S, default off); then TransformerConv's rows on
 # GRAPHS per form in FORMS (each run has PyG's layer in the same process), BENCH_S each.
 # Results are named by the card (device_prefix). Pass GNNIO_COMMIT=<sent commit>.
 set -uo pipefail
@@ -23,6 +24,16 @@ if [ "${DIAG_S:-60}" -gt 0 ]; then
   timeout "${DIAG_S:-60}" python3 scripts/device_diag_fused.py ${DIAG_GRAPHS:-powerlaw-1M-16M} \
     > "$OUT/diag-fused.log" 2>&1 || echo "diag: stopped (rc $?)"
   grep -E "forward|fused_kernel|merge_kernel|gemm|Kernel|elementwise" "$OUT/diag-fused.log" | cut -c1-160 | head -30
+fi
+if [ "${NCU_S:-0}" -gt 0 ]; then
+  timeout "${NCU_S}" ncu --clock-control none --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis -k "regex:fused_kernel" -c 1 -f -o "$OUT/ncu-fused" \
+    python3 scripts/device_diag_fused.py --ncu ${DIAG_GRAPHS:-powerlaw-1M-16M} > "$OUT/ncu-run.log" 2>&1 \
+    || echo "ncu: stopped (rc $?)"
+  ncu --import "$OUT/ncu-fused.ncu-rep" --page details > "$OUT/ncu-fused.txt" 2>&1
+  grep -E "Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|Stall|Registers Per|Shared Memory Config" "$OUT/ncu-fused.txt" | head -40
+  echo "ncu: $(( $(date +%s) - T0 )) s"
 fi
 for form in ${FORMS:-direct fused}; do
   GNNIO_TRANSFORMER_FORM=$form timeout "${BENCH_S:-120}" python3 -m gnnio.bench --warmup 3 \

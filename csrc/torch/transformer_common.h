@@ -14,7 +14,8 @@ namespace gnnio::binding {
 inline TransformerFusedParams transformer_fused_params(
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, const at::Tensor& query,
     const at::Tensor& w_key, const at::Tensor& w_value_t, const c10::optional<at::Tensor>& b_value,
-    const c10::optional<at::Tensor>& residual, double scale, at::Tensor& out, at::Tensor& stats) {
+    const c10::optional<at::Tensor>& residual, const c10::optional<at::Tensor>& b_key, double scale,
+    at::Tensor& out, at::Tensor& stats) {
   constexpr const char* what = "transformer_fused_forward";
   TORCH_CHECK_VALUE(query.dim() == 3, text(what, ": query must be [N_dst, H, C], got ",
                                            sizes_text(query.sizes())));
@@ -30,6 +31,8 @@ inline TransformerFusedParams transformer_fused_params(
                          sizes_text(w_value_t.sizes())));
   TORCH_CHECK_VALUE(!b_value || (b_value->dim() == 1 && b_value->size(0) == H * C),
                     text(what, ": b_value must be [H C]"));
+  TORCH_CHECK_VALUE(!b_key || (b_key->dim() == 1 && b_key->size(0) == H * C),
+                    text(what, ": b_key must be [H C]"));
   TORCH_CHECK_VALUE(!residual || (residual->dim() == 2 && residual->size(0) == num_dst &&
                                   residual->size(1) == H * C),
                     text(what, ": residual must be [N_dst, H C]"));
@@ -40,7 +43,7 @@ inline TransformerFusedParams transformer_fused_params(
     check_same_device(*t, "an operand", x, "x");
     TORCH_INTERNAL_ASSERT(t->is_contiguous());
   }
-  for (const auto* t : {&b_value, &residual}) {
+  for (const auto* t : {&b_value, &residual, &b_key}) {
     if (!t->has_value()) continue;
     TORCH_CHECK_TYPE((*t)->scalar_type() == x.scalar_type(), text(what, ": every operand must be ",
                                                                   dtype_text(x.scalar_type())));
@@ -68,6 +71,7 @@ inline TransformerFusedParams transformer_fused_params(
   p.w_value_t = w_value_t.data_ptr();
   p.b_value = b_value ? b_value->data_ptr() : nullptr;
   p.residual = residual ? residual->data_ptr() : nullptr;
+  p.b_key = b_key ? b_key->data_ptr() : nullptr;
   p.scale = scale;
   p.out = out.data_ptr();
   p.stats = stats.data_ptr();
@@ -77,14 +81,16 @@ inline TransformerFusedParams transformer_fused_params(
 // The operands made contiguous, kept alive for the kernel's call.
 struct TransformerFusedOperands {
   at::Tensor x, query, w_key, w_value_t;
-  c10::optional<at::Tensor> b_value, residual;
+  c10::optional<at::Tensor> b_value, residual, b_key;
   TransformerFusedOperands(const at::Tensor& x_, const at::Tensor& query_, const at::Tensor& w_key_,
                            const at::Tensor& w_value_t_, const c10::optional<at::Tensor>& b_value_,
-                           const c10::optional<at::Tensor>& residual_)
+                           const c10::optional<at::Tensor>& residual_,
+                           const c10::optional<at::Tensor>& b_key_)
       : x(x_.contiguous()), query(query_.contiguous()), w_key(w_key_.contiguous()),
         w_value_t(w_value_t_.contiguous()) {
     if (b_value_) b_value = b_value_->contiguous();
     if (residual_) residual = residual_->contiguous();
+    if (b_key_) b_key = b_key_->contiguous();
   }
 };
 

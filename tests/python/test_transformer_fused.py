@@ -52,6 +52,22 @@ def test_op_matches_direct_float64(name, ei, n, heads, channels, features):
         int((deg == 0).sum()), heads, 2))
 
 
+def test_key_bias_shifts_the_stats_max():
+    """b_key leaves out alone and adds scale q_h . b_k,h to stats' max (the direct scores')."""
+    gen = torch.Generator().manual_seed(5)
+    ei = torch.randint(30, (2, 200), generator=gen)
+    ei = ei[:, ei[1] != 3]  # an empty row gets the shift too
+    graph = gnnio.Graph(ei, num_nodes=30)
+    csr = graph.csr_by_dst
+    x, q, wk, wvt, bv, res = operands(30, 30, 2, 3, 5, gen)
+    b_key = torch.randn(6, generator=gen, dtype=torch.float64)
+    out0, stats0 = OP(csr.rowptr, csr.col, x, q, wk, wvt, bv, res, 0.5)
+    out1, stats1 = OP(csr.rowptr, csr.col, x, q, wk, wvt, bv, res, 0.5, b_key=b_key)
+    assert torch.equal(out0, out1) and torch.equal(stats0[..., 1], stats1[..., 1])
+    shift = 0.5 * (q * b_key.view(2, 3)).sum(-1)
+    torch.testing.assert_close(stats1[..., 0], stats0[..., 0] + shift, rtol=1e-14, atol=1e-14)
+
+
 def test_op_float32_no_worse_than_twice_the_direct_float32():
     from conftest import assert_no_worse_than_reference
     ei, n = real("cora")

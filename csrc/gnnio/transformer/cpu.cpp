@@ -25,6 +25,7 @@ void forward(const TransformerFusedParams& p) {
   const auto* w_value_t = static_cast<const scalar_t*>(p.w_value_t);
   const auto* b_value = static_cast<const scalar_t*>(p.b_value);
   const auto* residual = static_cast<const scalar_t*>(p.residual);
+  const auto* b_key = static_cast<const scalar_t*>(p.b_key);
   auto* out = static_cast<scalar_t*>(p.out);
   auto* stats = static_cast<scalar_t*>(p.stats);
   const int64_t H = p.heads, C = p.channels, F = p.features, HC = H * C;
@@ -84,7 +85,10 @@ void forward(const TransformerFusedParams& p) {
         const scalar_t* s = &run[h * kChunk];
         const scalar_t sum = (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + eps;
         for (int64_t f = 0; f < F; ++f) xt[h * F + f] = acc[h * F + f] / sum;
-        stats[(i * H + h) * 2] = end > begin ? m[h] : scalar_t(0);
+        scalar_t shift = 0;  // the key bias's shift of the direct scores: q_h . b_k,h
+        if (b_key)
+          for (int64_t c = 0; c < C; ++c) shift += q[h * C + c] * b_key[h * C + c];
+        stats[(i * H + h) * 2] = (end > begin ? m[h] : scalar_t(0)) + scale * shift;
         stats[(i * H + h) * 2 + 1] = sum;
       }
       for (int64_t o = 0; o < HC; ++o) {

@@ -46,9 +46,13 @@ constexpr int kWarpStage = kChunk * kStagePitch + kChunk * 4;  // x rows, then t
 constexpr int kRowFloats = kTileRows * kRowPitch;
 constexpr int kScratchFloats =
     kWarps * kWarpStage > kTileRows * kQueryPitch ? kWarps * kWarpStage : kTileRows * kQueryPitch;
-constexpr size_t kSmemBytes = (kRowFloats + kScratchFloats + kTileRows) * sizeof(float);
+// Then the tile's row bounds (int64, kTileRows + 1), the key bias's shift of each row's max
+// (kTileRows x 4 floats) and the rows' flags.
+constexpr size_t kSmemBytes = (kRowFloats + kScratchFloats) * sizeof(float) +
+                              (kTileRows + 1) * sizeof(int64_t) + kTileRows * 4 * sizeof(float) +
+                              kTileRows * sizeof(int);
 constexpr float kEps = 1e-16f;
-constexpr int kMergeThreads = kF;
+constexpr int kMergeThreads = 256;
 
 static_assert(kF == 128 && kHC == 128, "lane maps assume 128 features and 128 outputs");
 static_assert(kTileRows == 4 * kWarps, "a lane forms q~ and out for 4 rows, 8 rows apart");
@@ -60,13 +64,31 @@ __device__ inline float get(const float4& v, int k) {
   return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
 }
 
-// One row's (or item's) walk over slots [begin, end) with q~ at qt (head pitch kHeadPitch). On
+// Lane (fg, eg)'s quarter fg of slot base + eg's x_j (zeros past end).
+template <typename index_t>
+__device__ inline void load_chunk(float4 (&xr)[8], const index_t* __restrict__ col,
+                                  const float* __restrict__ x, int64_t base, int64_t end, int lane) {
+  const int64_t k = base + (lane & 7);
+  if (k < end) {
+    const float* src = x + static_cast<int64_t>(col[k]) * kF + 32 * (lane >> 3);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) xr[t] = ldg4(src + 4 * t);
+  } else {
+#pragma unroll
+    for (int t = 0; t < 8; ++t) xr[t] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// One row's (or item's) walk over slots [begin, end) with q~ at qt (head pitch kHeadPitch), xr
+// holding its first chunk (load_chunk) on entry. Its last chunk's prefetch loads the first chunk
+// of [next_begin, next_end) instead (the warp's next row: one memory latency less a row). On
 // return every lane holds m and the row's running sum s per head, and acc = its 4 features
 // (4 lane .. 4 lane + 3) of each head's unnormalised x~.
 template <typename index_t, int H>
 __device__ void walk(const float* qt, float* stage, const index_t* __restrict__ col,
-                     const float* __restrict__ x, int64_t begin, int64_t end, float scale, int lane,
-                     float (&m)[H], float (&s)[H], float (&acc)[H][4]) {
+                     const float* __restrict__ x, int64_t begin, int64_t end, int64_t next_begin,
+                     int64_t next_end, float4 (&xr)[8], float scale, int lane, float (&m)[H],
+                     float (&s)[H], float (&acc)[H][4]) {
   const int fg = lane >> 3, eg = lane & 7;
   float* xs = stage;
   float* ws = stage + kChunk * kStagePitch;
@@ -75,19 +97,6 @@ __device__ void walk(const float* qt, float* stage, const index_t* __restrict__ 
     s[h] = 0.f;
     for (int k = 0; k < 4; ++k) acc[h][k] = 0.f;
   }
-  float4 xr[8];
-  auto load = [&](int64_t base) {
-    const int64_t k = base + eg;
-    if (k < end) {
-      const float* src = x + static_cast<int64_t>(col[k]) * kF + 32 * fg;
-#pragma unroll
-      for (int t = 0; t < 8; ++t) xr[t] = ldg4(src + 4 * t);
-    } else {
-#pragma unroll
-      for (int t = 0; t < 8; ++t) xr[t] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-  };
-  load(begin);
   for (int64_t base = begin; base < end; base += kChunk) {
     const bool valid = base + eg < end;
     float e[H], p[H], r[H];
@@ -128,7 +137,8 @@ __device__ void walk(const float* qt, float* stage, const index_t* __restrict__ 
     }
     __syncwarp();
     const int n = end - base < kChunk ? static_cast<int>(end - base) : kChunk;
-    load(base + kChunk);
+    if (base + kChunk < end) load_chunk(xr, col, x, base + kChunk, end, lane);
+    else load_chunk(xr, col, x, next_begin, next_end, lane);
 #pragma unroll
     for (int h = 0; h < H; ++h)
       for (int k = 0; k < 4; ++k) acc[h][k] = __fmul_rn(acc[h][k], r[h]);
@@ -181,7 +191,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ float4 smem4[];
   float* rows = reinterpret_cast<float*>(smem4);
   float* scratch = rows + kRowFloats;
-  int* flags = reinterpret_cast<int*>(scratch + kScratchFloats);
+  auto* bounds = reinterpret_cast<int64_t*>(scratch + kScratchFloats);
+  float* shifts = reinterpret_cast<float*>(bounds + kTileRows + 1);
+  int* flags = reinterpret_cast<int*>(shifts + kTileRows * 4);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
   const auto* col = static_cast<const index_t*>(p.col);
@@ -201,7 +213,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     float* qt = rows + warp * kRowPitch;
     row_query_t<H>(query + row * kHC, w_key, qt, lane);
     __syncwarp();
-    walk<index_t, H>(qt, stage, col, x, it[1], it[2], scale, lane, m, s, acc);
+    float4 xr[8];
+    load_chunk(xr, col, x, it[1], it[2], lane);
+    walk<index_t, H>(qt, stage, col, x, it[1], it[2], 0, 0, xr, scale, lane, m, s, acc);
     float* out = part + item * H * (kF + 4);  // (16-byte aligned for any H)
     for (int h = 0; h < H; ++h) {
       *reinterpret_cast<float4*>(out + h * kF + 4 * lane) =
@@ -226,7 +240,19 @@ __global__ void __launch_bounds__(kThreads, 2)
     dst[2] = q.z;
     dst[3] = q.w;
   }
+  for (int d = threadIdx.x; d <= kTileRows; d += kThreads)
+    bounds[d] = row0 + d <= p.num_dst ? static_cast<int64_t>(rowptr[row0 + d]) : 0;
   __syncthreads();
+  if (threadIdx.x < kTileRows * H) {  // the key bias's shift of the direct scores: q_h . b_k,h
+    constexpr int C = kHC / H;
+    const int d = threadIdx.x / H, h = threadIdx.x % H;
+    float shift = 0.f;
+    if (p.b_key) {
+      const auto* b_key = static_cast<const float*>(p.b_key);
+      for (int c = 0; c < C; ++c) shift = __fmaf_rn(qs[d * kQueryPitch + h * C + c], __ldg(b_key + h * C + c), shift);
+    }
+    shifts[d * 4 + h] = shift;
+  }
   {  // phase 1: q~
     constexpr int C = kHC / H;
     const int dg = lane >> 2, f0 = 16 * warp + 4 * (lane & 3);
@@ -252,25 +278,46 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
   __syncthreads();
-  for (int i = 0; i < kRowsPerWarp; ++i) {  // phase 2: the rows' walks
+  // phase 2: the rows' walks, each row with edges prefetching the next one's first chunk
+  auto flag_of = [&](int d) -> int {
+    if (row0 + d >= p.num_dst) return kOutside;
+    const int64_t len = bounds[d + 1] - bounds[d];
+    return len > p.split.light_max_degree ? kHeavy : len > 0 ? kHasEdges : kEmpty;
+  };
+  float4 xr[8];
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int d = warp + kWarps * i;
+    if (flag_of(d) == kHasEdges) {
+      load_chunk(xr, col, x, bounds[d], bounds[d + 1], lane);
+      break;
+    }
+  }
+  for (int i = 0; i < kRowsPerWarp; ++i) {
     const int d = warp + kWarps * i;
     const int64_t row = row0 + d;
     float* qt = rows + d * kRowPitch;
-    int flag = kOutside;
-    if (row < p.num_dst) {
-      const int64_t begin = rowptr[row], end = rowptr[row + 1];
-      flag = end - begin > p.split.light_max_degree ? kHeavy : end > begin ? kHasEdges : kEmpty;
-      if (flag != kHeavy) {
-        walk<index_t, H>(qt, stage, col, x, begin, end, scale, lane, m, s, acc);
-        for (int h = 0; h < H; ++h) {
-          const float sum = __fadd_rn(s[h], kEps);
-          const float inv_row[4] = {acc[h][0] / sum, acc[h][1] / sum, acc[h][2] / sum, acc[h][3] / sum};
-          *reinterpret_cast<float4*>(qt + h * kF + 4 * lane) =
-              make_float4(inv_row[0], inv_row[1], inv_row[2], inv_row[3]);
-          if (lane == h) {
-            stats[(row * H + h) * 2] = flag == kEmpty ? 0.f : m[h];
-            stats[(row * H + h) * 2 + 1] = sum;
-          }
+    const int flag = flag_of(d);
+    if (flag == kHasEdges || flag == kEmpty) {
+      int64_t next_begin = 0, next_end = 0;
+      for (int j = i + 1; j < kRowsPerWarp && flag == kHasEdges; ++j) {
+        const int dj = warp + kWarps * j;
+        if (flag_of(dj) == kHasEdges) {
+          next_begin = bounds[dj];
+          next_end = bounds[dj + 1];
+          break;
+        }
+      }
+      // (an empty row's walk runs no chunk: zeros, and xr is left for the next row)
+      walk<index_t, H>(qt, stage, col, x, bounds[d], bounds[d + 1], next_begin, next_end, xr, scale,
+                       lane, m, s, acc);
+      for (int h = 0; h < H; ++h) {
+        const float sum = __fadd_rn(s[h], kEps);
+        *reinterpret_cast<float4*>(qt + h * kF + 4 * lane) =
+            make_float4(acc[h][0] / sum, acc[h][1] / sum, acc[h][2] / sum, acc[h][3] / sum);
+        if (lane == h) {
+          const float m_row = flag == kEmpty ? 0.f : m[h];
+          stats[(row * H + h) * 2] = __fadd_rn(m_row, __fmul_rn(scale, shifts[d * 4 + h]));
+          stats[(row * H + h) * 2 + 1] = sum;
         }
       }
     }
@@ -326,34 +373,83 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// A heavy row's items merged in item order, then W_v: one block a heavy row, thread t = feature
-// t, then output t.
+// A heavy row's items merged, then W_v: one block of 8 warps a heavy row. Pass 1: each head's max
+// over the items (lanes and warps over items, a fixed tree). Pass 2: warp w sums items w, w + 8,
+// ... in order, lane l features 4 l .. 4 l + 3 of every head, each item rescaled by exp(m_i - M);
+// the 8 warps' sums are added in warp order. Then thread t < 128 forms output t.
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(TransformerFusedParams p, const float* part) {
+  constexpr int kMergeWarps = kMergeThreads / 32;
+  __shared__ float4 sums[kMergeWarps][4][32];
+  __shared__ float tails[kMergeWarps][4][2];  // per warp and head: (max, then sum)
   __shared__ float xt[4 * kF];
   const int64_t hr = blockIdx.x, row = p.split.heavy_rows[hr];
   const int64_t i0 = p.split.item_offsets[hr], i1 = p.split.item_offsets[hr + 1];
-  const int H = static_cast<int>(p.heads), t = threadIdx.x;
+  const int H = static_cast<int>(p.heads), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t item_floats = H * (kF + 4);
   auto* stats = static_cast<float*>(p.stats);
   for (int h = 0; h < H; ++h) {
     float m = -INFINITY;
-    for (int64_t it = i0; it < i1; ++it) m = fmaxf(m, part[it * item_floats + H * kF + 2 * h]);
-    float sum = 0.f, a = 0.f;
-    for (int64_t it = i0; it < i1; ++it) {
-      const float* pi = part + it * item_floats;
-      const float r = expf(pi[H * kF + 2 * h] - m);
-      sum = __fadd_rn(sum, __fmul_rn(pi[H * kF + 2 * h + 1], r));
-      a = __fadd_rn(a, __fmul_rn(pi[h * kF + t], r));
+    for (int64_t it = i0 + threadIdx.x; it < i1; it += kMergeThreads)
+      m = fmaxf(m, part[it * item_floats + H * kF + 2 * h]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) tails[warp][h][0] = m;
+  }
+  __syncthreads();
+  float M[4];
+  for (int h = 0; h < H; ++h) {
+    M[h] = tails[0][h][0];
+    for (int w = 1; w < kMergeWarps; ++w) M[h] = fmaxf(M[h], tails[w][h][0]);
+  }
+  float4 acc[4];
+  float sum[4];
+  for (int h = 0; h < H; ++h) {
+    acc[h] = make_float4(0.f, 0.f, 0.f, 0.f);
+    sum[h] = 0.f;
+  }
+#pragma unroll 4
+  for (int64_t it = i0 + warp; it < i1; it += kMergeWarps) {
+    const float* pi = part + it * item_floats;
+    for (int h = 0; h < H; ++h) {
+      const float r = expf(pi[H * kF + 2 * h] - M[h]);
+      const float4 a = *reinterpret_cast<const float4*>(pi + h * kF + 4 * lane);
+      sum[h] = __fadd_rn(sum[h], __fmul_rn(pi[H * kF + 2 * h + 1], r));
+      acc[h].x = __fadd_rn(acc[h].x, __fmul_rn(a.x, r));
+      acc[h].y = __fadd_rn(acc[h].y, __fmul_rn(a.y, r));
+      acc[h].z = __fadd_rn(acc[h].z, __fmul_rn(a.z, r));
+      acc[h].w = __fadd_rn(acc[h].w, __fmul_rn(a.w, r));
     }
-    sum = __fadd_rn(sum, kEps);
-    xt[h * kF + t] = a / sum;
-    if (t == 0) {
-      stats[(row * H + h) * 2] = m;
-      stats[(row * H + h) * 2 + 1] = sum;
+  }
+  for (int h = 0; h < H; ++h) {
+    sums[warp][h][lane] = acc[h];
+    if (lane == 0) tails[warp][h][1] = sum[h];
+  }
+  __syncthreads();
+  if (threadIdx.x < kHC) {  // thread t: feature t of every head (a float of lane t / 4's float4)
+    const int t = threadIdx.x;
+    for (int h = 0; h < H; ++h) {
+      float a = 0.f, s_all = 0.f;
+      for (int w = 0; w < kMergeWarps; ++w) {
+        a = __fadd_rn(a, reinterpret_cast<const float*>(&sums[w][h][t >> 2])[t & 3]);
+        s_all = __fadd_rn(s_all, tails[w][h][1]);
+      }
+      s_all = __fadd_rn(s_all, kEps);
+      xt[h * kF + t] = a / s_all;
+      if (t == 0) {
+        float shift = 0.f;  // the key bias's shift of the direct scores: q_h . b_k,h
+        if (p.b_key) {
+          const int C = kHC / H;
+          const auto* q = static_cast<const float*>(p.query) + row * kHC + h * C;
+          for (int c = 0; c < C; ++c)
+            shift = __fmaf_rn(q[c], static_cast<const float*>(p.b_key)[h * C + c], shift);
+        }
+        stats[(row * H + h) * 2] = __fadd_rn(M[h], __fmul_rn(static_cast<float>(p.scale), shift));
+        stats[(row * H + h) * 2 + 1] = s_all;
+      }
     }
   }
   __syncthreads();
-  const int C = kHC / H, h = t / C;
+  if (threadIdx.x >= kHC) return;
+  const int t = threadIdx.x, C = kHC / H, h = t / C;
   const auto* w_value_t = static_cast<const float*>(p.w_value_t);
   float v = 0.f;
   for (int f = 0; f < kF; ++f) v = __fmaf_rn(xt[h * kF + f], __ldg(w_value_t + f * kHC + t), v);
@@ -369,6 +465,10 @@ void launch(const TransformerFusedParams& p, float* part, cudaStream_t s) {
   auto kernel = fused_kernel<index_t, H>;
   GNNIO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmemBytes)));
+  // Two blocks an SM need 2 x 110 KB of its 228: ask for the largest shared-memory carveout
+  // (the driver may otherwise pick one that holds a single block).
+  GNNIO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
   const int64_t tiles = (p.num_dst + kTileRows - 1) / kTileRows;
   const int64_t item_blocks = (p.split.num_items + kWarps - 1) / kWarps;
   kernel<<<static_cast<unsigned>(tiles + item_blocks), kThreads, kSmemBytes, s>>>(p, tiles, part);
@@ -381,7 +481,8 @@ bool transformer_fused_cuda_supported(const TransformerFusedParams& p) {
   return p.scalar_type == ScalarType::kFloat32 && p.features == kF && p.heads * p.channels == kHC &&
          (p.heads == 1 || p.heads == 2 || p.heads == 4) && aligned(p.x) && aligned(p.query) &&
          aligned(p.w_key) && aligned(p.w_value_t) && aligned(p.out) &&
-         (!p.b_value || aligned(p.b_value)) && (!p.residual || aligned(p.residual));
+         (!p.b_value || aligned(p.b_value)) && (!p.residual || aligned(p.residual)) &&
+         (!p.b_key || aligned(p.b_key));
 }
 
 size_t transformer_fused_cuda_workspace_bytes(const TransformerFusedParams& p) {

@@ -51,10 +51,13 @@ struct TransformerFusedParams {
   const void* w_value_t = nullptr;  // [F, H * C] contiguous (lin_value.weight transposed)
   const void* b_value = nullptr;    // [H * C] or nullptr
   const void* residual = nullptr;   // [num_dst, H * C] contiguous or nullptr (lin_skip's output)
+  // [H * C] or nullptr (lin_key.bias): not in out (the softmax drops it), but added to stats' max
+  // as scale q_i,h . b_k,h, so that stats are the direct form's, which its backward reads.
+  const void* b_key = nullptr;
   double scale = 1.0;
 
   void* out = nullptr;    // [num_dst, H * C]
-  void* stats = nullptr;  // [num_dst, H, 2]: (m, s), as graph_attention's
+  void* stats = nullptr;  // [num_dst, H, 2]: (m + scale q . b_k, s), as the direct form's graph_attention's
 
   RowSplit split;  // CUDA: heavy rows walked in items (item_offsets: [num_heavy + 1], required)
 };

@@ -13,12 +13,13 @@ std::tuple<at::Tensor, at::Tensor> transformer_fused_forward_cuda_impl(
     const at::Tensor& w_key, const at::Tensor& w_value_t, const c10::optional<at::Tensor>& b_value,
     const c10::optional<at::Tensor>& residual, double scale,
     const c10::optional<at::Tensor>& heavy_rows, const c10::optional<at::Tensor>& heavy_items,
-    const c10::optional<at::Tensor>& item_offsets, int64_t light_max_degree) {
+    const c10::optional<at::Tensor>& item_offsets, int64_t light_max_degree,
+    const c10::optional<at::Tensor>& b_key) {
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out, stats;
-  const TransformerFusedOperands o(x, query, w_key, w_value_t, b_value, residual);
+  const TransformerFusedOperands o(x, query, w_key, w_value_t, b_value, residual, b_key);
   auto p = transformer_fused_params(rowptr, col, o.x, o.query, o.w_key, o.w_value_t, o.b_value,
-                                    o.residual, scale, out, stats);
+                                    o.residual, o.b_key, scale, out, stats);
   p.split = row_split_of(heavy_rows, heavy_items, light_max_degree, x, "transformer_fused_forward");
   if (p.split.num_heavy > 0) {
     TORCH_CHECK_VALUE(item_offsets && item_offsets->scalar_type() == at::kLong &&

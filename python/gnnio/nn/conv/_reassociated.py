@@ -31,12 +31,13 @@ def headwise(x: Tensor, w: Tensor) -> Tensor:
     return out
 
 
-def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, w_value: Tensor,
-                   b_value: Optional[Tensor], residual: Optional[Tensor], scale: float, plan):
+def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, b_key: Optional[Tensor],
+                   w_value: Tensor, b_value: Optional[Tensor], residual: Optional[Tensor],
+                   scale: float, plan):
     """gnnio::transformer_fused_forward with the planner's split (CUDA): (out [N_dst, H C],
-    stats [N_dst, H, 2])."""
+    stats [N_dst, H, 2], their max shifted by the key bias's term as the direct form's)."""
     fwd = graph.csr_by_dst
-    split = ()
+    split = (None, None, None, 2**62)
     if plan is not None and plan.heavy_rows is not None:
         items = plan.heavy_items
         offsets = graph._cached(("transformer_item_offsets", plan.light_max_degree), lambda: torch.searchsorted(
@@ -45,7 +46,7 @@ def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, w_value: 
     return _ops.transformer_fused_forward(
         fwd.rowptr, fwd.col, x_src.contiguous(), query, w_key.contiguous(),
         w_value.t().contiguous(), b_value, None if residual is None else residual.contiguous(),
-        float(scale), *split)
+        float(scale), *split, b_key)
 
 
 class ReassociatedAttention(torch.autograd.Function):
@@ -70,8 +71,8 @@ class ReassociatedAttention(torch.autograd.Function):
         query = query.contiguous()
         fwd = graph.csr_by_dst
         if fused:
-            out, stats = _fused_forward(graph, x_src, query, w_key, w_value, b_value, residual,
-                                        scale, plan)
+            out, stats = _fused_forward(graph, x_src, query, w_key, b_key, w_value, b_value,
+                                        residual, scale, plan)
             out = out.view(-1, heads, channels)
         else:
             assert residual is None
@@ -89,7 +90,7 @@ class ReassociatedAttention(torch.autograd.Function):
             if b_value is not None:
                 has_rows = (graph.in_degree() > 0).to(out.dtype).view(-1, 1, 1)
                 out.addcmul_(has_rows, b_value.view(1, heads, channels))
-        if b_key is not None:  # the direct scores' max: + scale q_i . b_k,h (in stats' precision)
+        if b_key is not None and not fused:  # the direct scores' max: + scale q_i . b_k,h
             shift = (query.to(stats.dtype) * b_key.to(stats.dtype).view(1, heads, channels)).sum(-1)
             stats[..., 0] += float(scale) * shift
         # The CUDA backward forms D_i = dout_i . out_i in its pass A when it walks the rows for d
