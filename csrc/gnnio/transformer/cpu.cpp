@@ -29,7 +29,6 @@ void forward(const TransformerFusedParams& p) {
   auto* out = static_cast<scalar_t*>(p.out);
   auto* stats = static_cast<scalar_t*>(p.stats);
   const int64_t H = p.heads, C = p.channels, F = p.features, HC = H * C;
-  const int64_t quarter = (F + 3) / 4;
   const scalar_t scale = static_cast<scalar_t>(p.scale);
   constexpr int kChunk = kTransformerChunk;
   const scalar_t eps = static_cast<scalar_t>(kSoftmaxEps);
@@ -57,10 +56,8 @@ void forward(const TransformerFusedParams& p) {
           scalar_t mx = -std::numeric_limits<scalar_t>::infinity();
           for (int j = 0; j < n; ++j) {
             const scalar_t* xj = x + static_cast<int64_t>(col[base + j]) * F;
-            scalar_t part[4] = {0, 0, 0, 0};
-            for (int g = 0; g < 4; ++g)
-              for (int64_t f = g * quarter; f < std::min(F, (g + 1) * quarter); ++f)
-                part[g] += qt[h * F + f] * xj[f];
+            scalar_t part[4] = {0, 0, 0, 0};  // quarter g: the features f with (f / 4) % 4 == g
+            for (int64_t f = 0; f < F; ++f) part[(f / 4) % 4] += qt[h * F + f] * xj[f];
             e[h * kChunk + j] = ((part[0] + part[1]) + (part[2] + part[3])) * scale;
             mx = std::max(mx, e[h * kChunk + j]);
           }

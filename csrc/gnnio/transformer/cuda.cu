@@ -7,7 +7,8 @@
 //      them for 4 rows (dg, dg + 8, dg + 16, dg + 24): each W_k load feeds 16 FFMA, and each
 //      block reads W_k once (64 KB, from L2).
 //   2. Each warp walks 4 rows, kTransformerChunk slots at a time: lane (fg, eg) = (lane / 8,
-//      lane % 8) holds quarter fg of slot eg's x_j in registers (8 x 16-byte loads) and forms its
+//      lane % 8) holds quarter fg of slot eg's x_j (its float4s fg, fg + 4, ...) in registers
+//      (8 x 16-byte loads) and forms its
 //      partial scores against q~ in shared memory; two shuffles finish a score, three a chunk's
 //      max. The chunk's rows then go to the warp's stage in shared memory and every lane adds
 //      its 4 features of each slot, weighted, for every head: x_j is read from memory once per
@@ -34,13 +35,15 @@ constexpr int kF = 128, kHC = 128;
 constexpr int kTileRows = 32, kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = kTileRows / kWarps;
 constexpr int kChunk = kTransformerChunk;
-// q~ of a row: per head, four quarters of 32 features at a pitch of 36 floats, so that the four
-// quarters' loads of one instruction fall in different banks.
-constexpr int kQuarterPitch = 36, kHeadPitch = 4 * kQuarterPitch;
-// A row's region holds q~ (up to 4 x 144 floats), then x~ (4 x 128). 580 = 4 (mod 32): the
-// epilogue's loads of 8 rows at once fall in different banks.
+// q~ of a row, per head (128 floats), then x~ in the same place. A lane's quarter of x_j is
+// the float4s fg, fg + 4, fg + 8, ...: one load instruction of a chunk reads 64 contiguous bytes
+// of each of its 8 rows (16 sectors, not 32), and the four quarters' q~ loads are 64 contiguous
+// bytes (no bank conflict).
+constexpr int kHeadPitch = kF;
+// A row's region: 580 = 4 (mod 32), so the epilogue's loads of 8 rows at once fall in different
+// banks.
 constexpr int kRowPitch = 580;
-constexpr int kQueryPitch = kHC + 1;  // the query tile's rows: scalar loads of 8 rows, 8 banks
+constexpr int kQueryPitch = kHC + 4;  // the query tile's rows: 16-byte loads of 8 rows, 32 banks
 constexpr int kStagePitch = kF + 4;   // a staged slot's row: 4 (mod 32), the quarter-warp's rows apart
 constexpr int kWarpStage = kChunk * kStagePitch + kChunk * 4;  // x rows, then the chunk's weights
 constexpr int kRowFloats = kTileRows * kRowPitch;
@@ -70,9 +73,9 @@ __device__ inline void load_chunk(float4 (&xr)[8], const index_t* __restrict__ c
                                   const float* __restrict__ x, int64_t base, int64_t end, int lane) {
   const int64_t k = base + (lane & 7);
   if (k < end) {
-    const float* src = x + static_cast<int64_t>(col[k]) * kF + 32 * (lane >> 3);
+    const float* src = x + static_cast<int64_t>(col[k]) * kF + 4 * (lane >> 3);
 #pragma unroll
-    for (int t = 0; t < 8; ++t) xr[t] = ldg4(src + 4 * t);
+    for (int t = 0; t < 8; ++t) xr[t] = ldg4(src + 16 * t);
   } else {
 #pragma unroll
     for (int t = 0; t < 8; ++t) xr[t] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -102,11 +105,11 @@ __device__ void walk(const float* qt, float* stage, const index_t* __restrict__ 
     float e[H], p[H], r[H];
 #pragma unroll
     for (int h = 0; h < H; ++h) {
-      const float* q = qt + h * kHeadPitch + fg * kQuarterPitch;
+      const float* q = qt + h * kHeadPitch + 4 * fg;
       float a = 0.f;
 #pragma unroll
       for (int t = 0; t < 8; ++t) {
-        const float4 qv = *reinterpret_cast<const float4*>(q + 4 * t);
+        const float4 qv = *reinterpret_cast<const float4*>(q + 16 * t);
         a = __fmaf_rn(qv.x, xr[t].x, a);
         a = __fmaf_rn(qv.y, xr[t].y, a);
         a = __fmaf_rn(qv.z, xr[t].z, a);
@@ -128,9 +131,9 @@ __device__ void walk(const float* qt, float* stage, const index_t* __restrict__ 
       s[h] = __fadd_rn(__fmul_rn(s[h], r[h]), p[h]);
       m[h] = m_new;
     }
-    float4* row = reinterpret_cast<float4*>(xs + eg * kStagePitch + 32 * fg);
+    float* row = xs + eg * kStagePitch + 4 * fg;
 #pragma unroll
-    for (int t = 0; t < 8; ++t) row[t] = xr[t];
+    for (int t = 0; t < 8; ++t) *reinterpret_cast<float4*>(row + 16 * t) = xr[t];
     if (fg == 0) {
 #pragma unroll
       for (int h = 0; h < H; ++h) ws[eg * 4 + h] = p[h];
@@ -164,30 +167,64 @@ __device__ void walk(const float* qt, float* stage, const index_t* __restrict__ 
   }
 }
 
-// q~ of one row by one warp (the items' rows): lane owns features 4 lane .. 4 lane + 3.
+// q~ = W_k,h^T q_h of 32 rows, q in shared memory at pitch kQueryPitch: warp w forms features
+// [16 w, 16 w + 16), a lane 4 of them for rows dg, dg + 8, dg + 16, dg + 24, 4 W_k rows and 4
+// rows' 4 queries a step (8 loads for 64 FFMA); row d's q~ goes to dst + d dst_pitch.
 template <int H>
-__device__ void row_query_t(const float* __restrict__ q, const float* __restrict__ w_key, float* qt,
-                            int lane) {
+__device__ void tile_query_t(const float* qs, const float* __restrict__ w_key, float* dst,
+                             int64_t dst_pitch, int warp, int lane) {
   constexpr int C = kHC / H;
+  const int dg = lane >> 2, f0 = 16 * warp + 4 * (lane & 3);
   for (int h = 0; h < H; ++h) {
-    float a[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 8
-    for (int c = 0; c < C; ++c) {
-      const float qv = __ldg(q + h * C + c);
-      const float4 w = ldg4(w_key + static_cast<int64_t>(h * C + c) * kF + 4 * lane);
-      a[0] = __fmaf_rn(qv, w.x, a[0]);
-      a[1] = __fmaf_rn(qv, w.y, a[1]);
-      a[2] = __fmaf_rn(qv, w.z, a[2]);
-      a[3] = __fmaf_rn(qv, w.w, a[3]);
+    float a[4][4] = {};
+#pragma unroll 2
+    for (int c = 0; c < C; c += 4) {
+      float4 w[4], qv[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) w[k] = ldg4(w_key + static_cast<int64_t>(h * C + c + k) * kF + f0);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        qv[i] = *reinterpret_cast<const float4*>(qs + (dg + 8 * i) * kQueryPitch + h * C + c);
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float q = get(qv[i], k);
+          a[i][0] = __fmaf_rn(q, w[k].x, a[i][0]);
+          a[i][1] = __fmaf_rn(q, w[k].y, a[i][1]);
+          a[i][2] = __fmaf_rn(q, w[k].z, a[i][2]);
+          a[i][3] = __fmaf_rn(q, w[k].w, a[i][3]);
+        }
     }
-    *reinterpret_cast<float4*>(qt + h * kHeadPitch + (lane >> 3) * kQuarterPitch + 4 * (lane & 7)) =
-        make_float4(a[0], a[1], a[2], a[3]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      *reinterpret_cast<float4*>(dst + (dg + 8 * i) * dst_pitch + h * kHeadPitch + f0) =
+          make_float4(a[i][0], a[i][1], a[i][2], a[i][3]);
   }
+}
+
+// q~ of the heavy rows, once (their items read it): 32 rows a block, [num_heavy (rounded up to
+// 32)][H x 128] floats.
+template <int H>
+__global__ void __launch_bounds__(kThreads) heavy_query_kernel(TransformerFusedParams p, float* heavy_qt) {
+  __shared__ float4 qs4[kTileRows * kQueryPitch / 4];
+  float* qs = reinterpret_cast<float*>(qs4);
+  const int64_t hr0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const auto* query = static_cast<const float*>(p.query);
+  for (int v = threadIdx.x; v < kTileRows * (kHC / 4); v += kThreads) {
+    const int d = v / (kHC / 4), c4 = v % (kHC / 4);
+    float4 q = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (hr0 + d < p.split.num_heavy) q = ldg4(query + p.split.heavy_rows[hr0 + d] * kHC + 4 * c4);
+    *reinterpret_cast<float4*>(qs + d * kQueryPitch + 4 * c4) = q;
+  }
+  __syncthreads();
+  tile_query_t<H>(qs, static_cast<const float*>(p.w_key), heavy_qt + hr0 * H * kHeadPitch,
+                  H * kHeadPitch, threadIdx.x >> 5, threadIdx.x & 31);
 }
 
 template <typename index_t, int H>
 __global__ void __launch_bounds__(kThreads, 2)
-    fused_kernel(TransformerFusedParams p, int64_t num_tiles, float* part) {
+    fused_kernel(TransformerFusedParams p, int64_t num_tiles, float* part, const float* heavy_qt) {
   extern __shared__ float4 smem4[];
   float* rows = reinterpret_cast<float*>(smem4);
   float* scratch = rows + kRowFloats;
@@ -209,9 +246,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t item = (static_cast<int64_t>(blockIdx.x) - num_tiles) * kWarps + warp;
     if (item >= p.split.num_items) return;
     const int64_t* it = p.split.heavy_items + 3 * item;
-    const int64_t row = p.split.heavy_rows[it[0]];
     float* qt = rows + warp * kRowPitch;
-    row_query_t<H>(query + row * kHC, w_key, qt, lane);
+    for (int h = 0; h < H; ++h)
+      *reinterpret_cast<float4*>(qt + h * kHeadPitch + 4 * lane) =
+          ldg4(heavy_qt + it[0] * H * kHeadPitch + h * kHeadPitch + 4 * lane);
     __syncwarp();
     float4 xr[8];
     load_chunk(xr, col, x, it[1], it[2], lane);
@@ -234,11 +272,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int d = v / (kHC / 4), c4 = v % (kHC / 4);
     float4 q = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row0 + d < p.num_dst) q = ldg4(query + (row0 + d) * kHC + 4 * c4);
-    float* dst = qs + d * kQueryPitch + 4 * c4;
-    dst[0] = q.x;
-    dst[1] = q.y;
-    dst[2] = q.z;
-    dst[3] = q.w;
+    *reinterpret_cast<float4*>(qs + d * kQueryPitch + 4 * c4) = q;
   }
   for (int d = threadIdx.x; d <= kTileRows; d += kThreads)
     bounds[d] = row0 + d <= p.num_dst ? static_cast<int64_t>(rowptr[row0 + d]) : 0;
@@ -253,30 +287,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     shifts[d * 4 + h] = shift;
   }
-  {  // phase 1: q~
-    constexpr int C = kHC / H;
-    const int dg = lane >> 2, f0 = 16 * warp + 4 * (lane & 3);
-    for (int h = 0; h < H; ++h) {
-      float a[4][4] = {};
-#pragma unroll 8
-      for (int c = 0; c < C; ++c) {
-        const float4 w = ldg4(w_key + static_cast<int64_t>(h * C + c) * kF + f0);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float qv = qs[(dg + 8 * i) * kQueryPitch + h * C + c];
-          a[i][0] = __fmaf_rn(qv, w.x, a[i][0]);
-          a[i][1] = __fmaf_rn(qv, w.y, a[i][1]);
-          a[i][2] = __fmaf_rn(qv, w.z, a[i][2]);
-          a[i][3] = __fmaf_rn(qv, w.w, a[i][3]);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        *reinterpret_cast<float4*>(rows + (dg + 8 * i) * kRowPitch + h * kHeadPitch +
-                                   (f0 >> 5) * kQuarterPitch + (f0 & 31)) =
-            make_float4(a[i][0], a[i][1], a[i][2], a[i][3]);
-    }
-  }
+  tile_query_t<H>(qs, w_key, rows, kRowPitch, warp, lane);  // phase 1: q~
   __syncthreads();
   // phase 2: the rows' walks, each row with edges prefetching the next one's first chunk
   auto flag_of = [&](int d) -> int {
@@ -461,7 +472,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(TransformerFusedPa
 bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 template <typename index_t, int H>
-void launch(const TransformerFusedParams& p, float* part, cudaStream_t s) {
+void launch(const TransformerFusedParams& p, float* part, float* heavy_qt, cudaStream_t s) {
   auto kernel = fused_kernel<index_t, H>;
   GNNIO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmemBytes)));
@@ -471,7 +482,12 @@ void launch(const TransformerFusedParams& p, float* part, cudaStream_t s) {
                                         cudaSharedmemCarveoutMaxShared));
   const int64_t tiles = (p.num_dst + kTileRows - 1) / kTileRows;
   const int64_t item_blocks = (p.split.num_items + kWarps - 1) / kWarps;
-  kernel<<<static_cast<unsigned>(tiles + item_blocks), kThreads, kSmemBytes, s>>>(p, tiles, part);
+  if (p.split.num_heavy > 0) {
+    heavy_query_kernel<H><<<static_cast<unsigned>((p.split.num_heavy + kTileRows - 1) / kTileRows),
+                            kThreads, 0, s>>>(p, heavy_qt);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+  }
+  kernel<<<static_cast<unsigned>(tiles + item_blocks), kThreads, kSmemBytes, s>>>(p, tiles, part, heavy_qt);
   GNNIO_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -486,7 +502,9 @@ bool transformer_fused_cuda_supported(const TransformerFusedParams& p) {
 }
 
 size_t transformer_fused_cuda_workspace_bytes(const TransformerFusedParams& p) {
-  return static_cast<size_t>(p.split.num_items) * p.heads * (kF + 4) * sizeof(float);
+  const int64_t heavy_rows = (p.split.num_heavy + kTileRows - 1) / kTileRows * kTileRows;
+  return (static_cast<size_t>(p.split.num_items) * p.heads * (kF + 4) +
+          static_cast<size_t>(heavy_rows) * p.heads * kHeadPitch) * sizeof(float);
 }
 
 void transformer_fused_forward_cuda(const TransformerFusedParams& p, void* workspace, void* stream) {
@@ -498,11 +516,12 @@ void transformer_fused_forward_cuda(const TransformerFusedParams& p, void* works
   if (p.num_dst == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   auto* part = static_cast<float*>(workspace);
+  float* heavy_qt = part + p.split.num_items * p.heads * (kF + 4);
   auto run = [&](auto index) {
     using index_t = decltype(index);
-    if (p.heads == 1) launch<index_t, 1>(p, part, s);
-    else if (p.heads == 2) launch<index_t, 2>(p, part, s);
-    else launch<index_t, 4>(p, part, s);
+    if (p.heads == 1) launch<index_t, 1>(p, part, heavy_qt, s);
+    else if (p.heads == 2) launch<index_t, 2>(p, part, heavy_qt, s);
+    else launch<index_t, 4>(p, part, heavy_qt, s);
   };
   if (p.index_type == IndexType::kInt32) run(int32_t{});
   else run(int64_t{});

@@ -16,7 +16,8 @@
 // direct form's backward recomputes the weights from.
 //
 // The order of the sums (what the CPU kernel follows): q~ over c ascending; a score as four
-// partial sums over the quarters of x_j (features in order), added (q0 + q1) + (q2 + q3); a row
+// partial sums, quarter g of the features f with (f / 4) % 4 == g (each in order), added
+// (q0 + q1) + (q2 + q3); a row
 // walked in chunks of kTransformerChunk slots, each chunk's max taken first, the running sum and
 // x~ rescaled by exp(m_old - m_new) once per chunk; x~ accumulated slot by slot; the running sum
 // kept per position in the chunk and added at the end as a tree ((s0 + s1) + (s2 + s3)) + ...;
