@@ -39,7 +39,7 @@ class TransformerConv(torch.nn.Module):
         default ``True``: of lin_key, lin_query, lin_value and lin_skip), root_weight (bool,
         default ``True``): as PyG's. No self loops are added.
 
-    The attention runs in one of two forms (``gnnio.plan.plan_transformer``; the
+    The attention runs in one of three forms (``gnnio.plan.plan_transformer``; the
     ``GNNIO_TRANSFORMER_FORM`` environment variable forces one): PyG's (``direct``), or with
     :math:`\mathbf{W}_4` and :math:`\mathbf{W}_2` moved around the aggregation
     (``reassociated``): :math:`\alpha_{i,j} = \mathrm{softmax}_j(\tilde{\mathbf{q}}_i^{\top}
@@ -49,7 +49,10 @@ class TransformerConv(torch.nn.Module):
     \sum_j \alpha_{i,j} \mathbf{x}_j + \mathbf{b}_2` (no bias on a row without neighbours,
     as PyG's empty sum): one input row gathered per edge for all heads, in place of a key and a
     value row per edge and head. The same sums in another order; without dropout, edge_dim or
-    returned weights.
+    returned weights. ``fused`` runs the reassociated form in one op per tile of destinations
+    (``gnnio::transformer_fused_forward``: q~, the walk and W_2 in one CUDA kernel, the value
+    bias and the skip added in its store; on CUDA float32 with 128 input features = heads x
+    out_channels and 1, 2 or 4 heads). Both keep PyG's backward (the direct form's).
 
     Shapes: x ``[N, F]`` or ``([N_src, F_src], [N_dst, F_dst])``; edge_attr ``[E, edge_dim]``;
     output ``[N_dst, heads * out_channels]`` (concat) or ``[N_dst, out_channels]``. When
