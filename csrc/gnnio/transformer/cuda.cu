@@ -18,8 +18,8 @@
 //   3. out = W_v,h x~_h (+ b_v) (+ residual), x~ in shared memory where q~ was: warp w owns
 //      outputs [16w, 16w + 16), a lane 4 of them for 4 rows.
 // Blocks past the tiles take heavy rows' items (one warp an item: q~ of its row, the same walk,
-// a partial (m, s, x~ unnormalised) per head); merge_kernel combines a heavy row's items in item
-// order and applies W_v.
+// a partial (m, s, x~ unnormalised) per head); merge_kernel combines a heavy row's items (warp w
+// items w, w + 8, ... in order, then the warps in order) and applies W_v.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
-  float* qs = scratch;  // the query tile, [32][129]; the warps' stages after phase 1
+  float* qs = scratch;  // the query tile, [32][kQueryPitch = 132]; the warps' stages after phase 1
   for (int v = threadIdx.x; v < kTileRows * (kHC / 4); v += kThreads) {
     const int d = v / (kHC / 4), c4 = v % (kHC / 4);
     float4 q = make_float4(0.f, 0.f, 0.f, 0.f);

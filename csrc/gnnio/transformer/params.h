@@ -21,8 +21,10 @@
 // walked in chunks of kTransformerChunk slots, each chunk's max taken first, the running sum and
 // x~ rescaled by exp(m_old - m_new) once per chunk; x~ accumulated slot by slot; the running sum
 // kept per position in the chunk and added at the end as a tree ((s0 + s1) + (s2 + s3)) + ...;
-// out over f ascending. Heavy rows (CUDA, RowSplit) are walked in items whose partials are merged
-// in item order.
+// out over f ascending. Heavy rows (CUDA, RowSplit) are walked in items (each item's chunks start
+// at its first slot) whose partials are merged in a fixed order that is not item order: merge
+// warp w adds items w, w + 8, w + 16, ... in order, then the 8 warps' sums are added in warp
+// order (merge_kernel); the CPU kernel walks a heavy row whole, so its sums are ordered otherwise.
 #pragma once
 
 #include <cstdint>
