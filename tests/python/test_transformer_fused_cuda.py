@@ -1,6 +1,7 @@
 """TransformerConv's fused reassociated form on CUDA (gnnio::transformer_fused_forward: q~, the
 walk and W_v in one kernel per tile of 32 destinations; heavy rows in items merged after):
 the op against the CPU op in float64 and float32 (no worse than twice the CPU float32 error),
+for both walks (GNNIO_FUSED_WALK=registers: the unmeasured register walk),
 the layer against PyG's in float64 (no worse than twice PyG's float32 error on CUDA), with the
 skip fused in the store and without, on a random graph, the 2*10^5-neighbour hub (its row
 walked in items), bipartite sizes, a graph without edges, and int64 indices. Skipped without
@@ -48,10 +49,15 @@ def op(graph, ops, dtype, device, plan=None):
         t["b_value"], t["residual"], C ** -0.5, *split)
 
 
+@pytest.mark.parametrize("walk", ["staged", "registers"])
 @pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("graph_name", ["random", "hub_in", "bipartite", "no_edges"])
 @pytest.mark.parametrize("index", ["int32", "int64"])
-def test_cuda_fused_op_against_cpu_float64(graph_name, heads, index):
+def test_cuda_fused_op_against_cpu_float64(monkeypatch, graph_name, heads, index, walk):
+    """Both walks (GNNIO_FUSED_WALK: the default staged one, and the register walk, whose score
+    is summed in a lane tree rather than the CPU's quarters: the same rule, not the same bits)."""
+    if walk == "registers":
+        monkeypatch.setenv("GNNIO_FUSED_WALK", "registers")
     ei, (ns, nd) = GRAPHS[graph_name]
     gen = torch.Generator().manual_seed(zlib.crc32(repr((graph_name, heads, index)).encode()))
     ops = operands(ns, nd, heads, gen)

@@ -167,6 +167,143 @@ __device__ void walk(const float* qt, float* stage, const index_t* __restrict__ 
   }
 }
 
+// The walk with lane l owning features 4 l .. 4 l + 3 of every slot of the chunk
+// (GNNIO_FUSED_WALK=registers; params.register_walk; a helper's proposal from the SASS count of
+// walk(), bench/NOTES.md v21; NOT YET RUN ON A GPU): each load is one slot's whole row, q~ sits in
+// 4H registers a row, and x~'s sums read the chunk from registers, so nothing is staged and q~ is
+// not reloaded per slot. A lane's 8H partial scores (4-term FMA chains over its features) are
+// combined by a reduce-scatter over the lanes (offsets 16, 8, 4, 2, 1: 31 shuffles and adds at
+// 4 heads), after which lane (j H + h) << kScatterShift<H> holds slot j's score for head h; the
+// weights go back to every lane through the warp's stage (one store, 8 broadcast loads). Its
+// score is summed in another order than walk()'s (a tree over the lanes, not four quarters).
+template <int H>
+constexpr int kScatterShift = H == 4 ? 0 : H == 2 ? 1 : 2;
+
+// One step of the reduce-scatter at lane offset O over the first N values of v (the rest of the
+// offsets below it by recursion): a lane keeps the upper half if its bit O is set, adding its
+// partner's copy of that half; once one value is left, the offsets below add the partners'.
+template <int N, int O>
+__device__ inline void reduce_scatter(float* v, int lane) {
+  if constexpr (N > 1) {
+    const bool upper = (lane & O) != 0;
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const float send = upper ? v[i] : v[i + N / 2];
+      const float keep = upper ? v[i + N / 2] : v[i];
+      v[i] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, O));
+    }
+  } else {
+    v[0] = __fadd_rn(v[0], __shfl_xor_sync(0xffffffffu, v[0], O));
+  }
+  if constexpr (O > 1) reduce_scatter<(N > 1 ? N / 2 : 1), O / 2>(v, lane);
+}
+
+// Lane l's features 4 l .. 4 l + 3 of the chunk's 8 slots (zeros past end).
+template <typename index_t>
+__device__ inline void load_rows(float4 (&xr)[8], const index_t* __restrict__ col,
+                                 const float* __restrict__ x, int64_t base, int64_t end, int lane) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int64_t k = base + j;
+    xr[j] = k < end ? ldg4(x + static_cast<int64_t>(col[k]) * kF + 4 * lane)
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+template <typename index_t, int H>
+__device__ void walk_registers(const float* qt, float* stage, const index_t* __restrict__ col,
+                               const float* __restrict__ x, int64_t begin, int64_t end,
+                               int64_t next_begin, int64_t next_end, float4 (&xr)[8], float scale,
+                               int lane, float (&m)[H], float (&s)[H], float (&acc)[H][4]) {
+  constexpr int kShift = kScatterShift<H>, N = kChunk * H;
+  const int mine = lane >> kShift, my_j = mine / H;  // the (slot, head) this lane's score is
+  float* ws = stage;  // the chunk's weights, [slot][head]
+  float4 q[H];
+#pragma unroll
+  for (int h = 0; h < H; ++h) {
+    q[h] = *reinterpret_cast<const float4*>(qt + h * kHeadPitch + 4 * lane);
+    for (int k = 0; k < 4; ++k) acc[h][k] = 0.f;
+  }
+  float m_mine = -INFINITY, s_mine = 0.f;
+  for (int64_t base = begin; base < end; base += kChunk) {
+    float v[N];
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j)
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        float a = __fmul_rn(q[h].x, xr[j].x);
+        a = __fmaf_rn(q[h].y, xr[j].y, a);
+        a = __fmaf_rn(q[h].z, xr[j].z, a);
+        v[j * H + h] = __fmaf_rn(q[h].w, xr[j].w, a);
+      }
+    reduce_scatter<N, 16>(v, lane);
+    const bool valid = base + my_j < end;
+    const float e = valid ? __fmul_rn(v[0], scale) : -INFINITY;
+    float mx = e;  // the chunk's max for this lane's head: its slots are lane bits 2-4
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+    const float m_new = fmaxf(m_mine, mx);  // finite: slot base is always valid
+    const float r = expf(m_mine - m_new);
+    const float w = valid ? expf(e - m_new) : 0.f;
+    s_mine = __fadd_rn(__fmul_rn(s_mine, r), w);
+    m_mine = m_new;
+    if ((lane & ((1 << kShift) - 1)) == 0) ws[mine] = w;
+    float rh[H];
+#pragma unroll
+    for (int h = 0; h < H; ++h) rh[h] = __shfl_sync(0xffffffffu, r, h << kShift);
+    __syncwarp();
+    float4 xn[8];
+    if (base + kChunk < end) load_rows(xn, col, x, base + kChunk, end, lane);
+    else load_rows(xn, col, x, next_begin, next_end, lane);
+#pragma unroll
+    for (int h = 0; h < H; ++h)
+      for (int k = 0; k < 4; ++k) acc[h][k] = __fmul_rn(acc[h][k], rh[h]);
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        const float wj = ws[j * H + h];
+        acc[h][0] = __fmaf_rn(wj, xr[j].x, acc[h][0]);
+        acc[h][1] = __fmaf_rn(wj, xr[j].y, acc[h][1]);
+        acc[h][2] = __fmaf_rn(wj, xr[j].z, acc[h][2]);
+        acc[h][3] = __fmaf_rn(wj, xr[j].w, acc[h][3]);
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) xr[j] = xn[j];
+  }
+  float s_all = s_mine;  // the running sums of the chunk positions, as a tree over the slots
+  s_all = __fadd_rn(s_all, __shfl_xor_sync(0xffffffffu, s_all, 4));
+  s_all = __fadd_rn(s_all, __shfl_xor_sync(0xffffffffu, s_all, 8));
+  s_all = __fadd_rn(s_all, __shfl_xor_sync(0xffffffffu, s_all, 16));
+#pragma unroll
+  for (int h = 0; h < H; ++h) {
+    m[h] = __shfl_sync(0xffffffffu, m_mine, h << kShift);
+    s[h] = __shfl_sync(0xffffffffu, s_all, h << kShift);
+  }
+}
+
+// The walk and its chunk loads, by layout.
+template <bool kRegisterWalk, typename index_t>
+__device__ inline void first_chunk(float4 (&xr)[8], const index_t* __restrict__ col,
+                                   const float* __restrict__ x, int64_t base, int64_t end, int lane) {
+  if constexpr (kRegisterWalk) load_rows(xr, col, x, base, end, lane);
+  else load_chunk(xr, col, x, base, end, lane);
+}
+
+template <bool kRegisterWalk, typename index_t, int H>
+__device__ inline void walk_row(const float* qt, float* stage, const index_t* __restrict__ col,
+                                const float* __restrict__ x, int64_t begin, int64_t end,
+                                int64_t next_begin, int64_t next_end, float4 (&xr)[8], float scale,
+                                int lane, float (&m)[H], float (&s)[H], float (&acc)[H][4]) {
+  if constexpr (kRegisterWalk)
+    walk_registers<index_t, H>(qt, stage, col, x, begin, end, next_begin, next_end, xr, scale, lane, m, s, acc);
+  else
+    walk<index_t, H>(qt, stage, col, x, begin, end, next_begin, next_end, xr, scale, lane, m, s, acc);
+}
+
 // q~ = W_k,h^T q_h of 32 rows, q in shared memory at pitch kQueryPitch: warp w forms features
 // [16 w, 16 w + 16), a lane 4 of them for rows dg, dg + 8, dg + 16, dg + 24, 4 W_k rows and 4
 // rows' 4 queries a step (8 loads for 64 FFMA); row d's q~ goes to dst + d dst_pitch.
@@ -222,7 +359,7 @@ __global__ void __launch_bounds__(kThreads) heavy_query_kernel(TransformerFusedP
                   H * kHeadPitch, threadIdx.x >> 5, threadIdx.x & 31);
 }
 
-template <typename index_t, int H>
+template <bool kRegisterWalk, typename index_t, int H>
 __global__ void __launch_bounds__(kThreads, 2)
     fused_kernel(TransformerFusedParams p, int64_t num_tiles, float* part, const float* heavy_qt) {
   extern __shared__ float4 smem4[];
@@ -252,8 +389,8 @@ __global__ void __launch_bounds__(kThreads, 2)
           ldg4(heavy_qt + it[0] * H * kHeadPitch + h * kHeadPitch + 4 * lane);
     __syncwarp();
     float4 xr[8];
-    load_chunk(xr, col, x, it[1], it[2], lane);
-    walk<index_t, H>(qt, stage, col, x, it[1], it[2], 0, 0, xr, scale, lane, m, s, acc);
+    first_chunk<kRegisterWalk>(xr, col, x, it[1], it[2], lane);
+    walk_row<kRegisterWalk, index_t, H>(qt, stage, col, x, it[1], it[2], 0, 0, xr, scale, lane, m, s, acc);
     float* out = part + item * H * (kF + 4);  // (16-byte aligned for any H)
     for (int h = 0; h < H; ++h) {
       *reinterpret_cast<float4*>(out + h * kF + 4 * lane) =
@@ -299,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int d = warp + kWarps * i;
     if (flag_of(d) == kHasEdges) {
-      load_chunk(xr, col, x, bounds[d], bounds[d + 1], lane);
+      first_chunk<kRegisterWalk>(xr, col, x, bounds[d], bounds[d + 1], lane);
       break;
     }
   }
@@ -319,8 +456,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
       // (an empty row's walk runs no chunk: zeros, and xr is left for the next row)
-      walk<index_t, H>(qt, stage, col, x, bounds[d], bounds[d + 1], next_begin, next_end, xr, scale,
-                       lane, m, s, acc);
+      walk_row<kRegisterWalk, index_t, H>(qt, stage, col, x, bounds[d], bounds[d + 1], next_begin,
+                                          next_end, xr, scale, lane, m, s, acc);
       for (int h = 0; h < H; ++h) {
         const float sum = __fadd_rn(s[h], kEps);
         *reinterpret_cast<float4*>(qt + h * kF + 4 * lane) =
@@ -473,7 +610,7 @@ bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 
 
 template <typename index_t, int H>
 void launch(const TransformerFusedParams& p, float* part, float* heavy_qt, cudaStream_t s) {
-  auto kernel = fused_kernel<index_t, H>;
+  auto kernel = p.register_walk ? fused_kernel<true, index_t, H> : fused_kernel<false, index_t, H>;
   GNNIO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmemBytes)));
   // Two blocks an SM need 2 x 110 KB of its 228: ask for the largest shared-memory carveout

@@ -63,6 +63,10 @@ struct TransformerFusedParams {
   void* stats = nullptr;  // [num_dst, H, 2]: (m + scale q . b_k, s), as the direct form's graph_attention's
 
   RowSplit split;  // CUDA: heavy rows walked in items (item_offsets: [num_heavy + 1], required)
+  // CUDA: the walk with a lane's features of every slot in registers (cuda.cu walk_registers;
+  // GNNIO_FUSED_WALK=registers, set by the binding; not yet run on a GPU) instead of a lane's
+  // quarter of one slot's row staged through shared memory (the measured default).
+  bool register_walk = false;
 };
 
 void transformer_fused_forward_cpu(const TransformerFusedParams& p);

@@ -3,6 +3,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "../transformer_common.h"
 
 namespace gnnio::binding {
@@ -29,6 +32,8 @@ std::tuple<at::Tensor, at::Tensor> transformer_fused_forward_cuda_impl(
     check_same_device(*item_offsets, "item_offsets", x, "x");
     p.split.item_offsets = item_offsets->data_ptr<int64_t>();
   }
+  const char* walk = std::getenv("GNNIO_FUSED_WALK");  // "registers" (unmeasured) or the default
+  p.register_walk = walk && std::string(walk) == "registers";
   translate_errors([&] {
     auto ws = at::empty({static_cast<int64_t>(transformer_fused_cuda_workspace_bytes(p))},
                         x.options().dtype(at::kByte));
