@@ -162,7 +162,7 @@ TORCH_LIBRARY(gnnio, m) {
   // before the gradients are allocated. CUDA only.
   m.def("graph_attention_delta(Tensor out, Tensor grad_out) -> Tensor");
   // TransformerConv's attention in the reassociated form, fused (gnnio/transformer/params.h):
-  // out [N_dst, H C] = W_v,h softmax_j(scale (W_k,h^T q_i,h) . x_j) x_j (+ b_value on rows with
+  // out [N_dst, H, C] = W_v,h softmax_j(scale (W_k,h^T q_i,h) . x_j) x_j (+ b_value on rows with
   // edges) (+ residual), and stats [N_dst, H, 2] as graph_attention's, from x [N_src, F], query
   // [N_dst, H, C], w_key [H C, F] and w_value_t [F, H C]. The split (CUDA) walks heavy rows in
   // items (item_offsets: each heavy row's first item, then num_items). b_key: stats' max gets

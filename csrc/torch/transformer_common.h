@@ -2,6 +2,8 @@
 // the params struct (gnnio/transformer/params.h).
 #pragma once
 
+#include <cstdint>
+
 #include "spmm_common.h"
 #include "gnnio/transformer/params.h"
 
@@ -9,8 +11,8 @@ namespace gnnio::binding {
 
 // Operands as the layer passes them: x [N_src, F], query [N_dst, H, C], w_key [H C, F],
 // w_value_t [F, H C], b_value [H C], residual [N_dst, H C]; all of one floating dtype and device,
-// contiguous (the caller's .contiguous(), alive while the kernel runs). out [N_dst, H C] and
-// stats [N_dst, H, 2] are allocated here.
+// contiguous (the caller's .contiguous(), alive while the kernel runs). out [N_dst, H, C] (the
+// layout of [N_dst, H C]) and stats [N_dst, H, 2] are allocated here.
 inline TransformerFusedParams transformer_fused_params(
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, const at::Tensor& query,
     const at::Tensor& w_key, const at::Tensor& w_value_t, const c10::optional<at::Tensor>& b_value,
@@ -53,7 +55,7 @@ inline TransformerFusedParams transformer_fused_params(
   TORCH_INTERNAL_ASSERT(x.is_contiguous());
   check_same_device(rowptr, "rowptr", x, "x");
   check_same_device(col, "col", x, "x");
-  out = at::empty({num_dst, H * C}, x.options());
+  out = at::empty({num_dst, H, C}, x.options());
   stats = at::empty({num_dst, H, 2}, x.options());
   TransformerFusedParams p;
   p.rowptr = rowptr.data_ptr();
@@ -78,19 +80,30 @@ inline TransformerFusedParams transformer_fused_params(
   return p;
 }
 
-// The operands made contiguous, kept alive for the kernel's call.
+// The operands made contiguous, kept alive for the kernel's call. align16 (CUDA): an operand
+// whose data is not 16-byte aligned (a contiguous view at an odd offset: x[:, 1:] of one row,
+// a slice of a flat buffer) is copied, as the kernel reads float4s
+// (transformer_fused_cuda_supported), rather than refused where the layer planned the fused form.
 struct TransformerFusedOperands {
   at::Tensor x, query, w_key, w_value_t;
   c10::optional<at::Tensor> b_value, residual, b_key;
   TransformerFusedOperands(const at::Tensor& x_, const at::Tensor& query_, const at::Tensor& w_key_,
                            const at::Tensor& w_value_t_, const c10::optional<at::Tensor>& b_value_,
                            const c10::optional<at::Tensor>& residual_,
-                           const c10::optional<at::Tensor>& b_key_)
-      : x(x_.contiguous()), query(query_.contiguous()), w_key(w_key_.contiguous()),
-        w_value_t(w_value_t_.contiguous()) {
-    if (b_value_) b_value = b_value_->contiguous();
-    if (residual_) residual = residual_->contiguous();
-    if (b_key_) b_key = b_key_->contiguous();
+                           const c10::optional<at::Tensor>& b_key_, bool align16 = false) {
+    auto prepare = [align16](const at::Tensor& t) {
+      at::Tensor c = t.contiguous();
+      if (align16 && c.numel() > 0 && reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 != 0)
+        c = c.clone(at::MemoryFormat::Contiguous);
+      return c;
+    };
+    x = prepare(x_);
+    query = prepare(query_);
+    w_key = prepare(w_key_);
+    w_value_t = prepare(w_value_t_);
+    if (b_value_) b_value = prepare(*b_value_);
+    if (residual_) residual = prepare(*residual_);
+    if (b_key_) b_key = prepare(*b_key_);
   }
 };
 

@@ -153,7 +153,7 @@ def _transformer_fused_forward_fake(rowptr, col, x, query, w_key, w_value_t, b_v
                                     scale, heavy_rows=None, heavy_items=None, item_offsets=None,
                                     light_max_degree=2**62, b_key=None):
     n, h, c = query.shape
-    return x.new_empty(n, h * c), x.new_empty(n, h, 2)
+    return x.new_empty(n, h, c), x.new_empty(n, h, 2)
 
 
 @torch.library.register_fake("gnnio::column_sum")

@@ -225,14 +225,74 @@ def test_reassociated_frozen_query_and_inference(monkeypatch):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
-def test_reassociated_inference_prepares_no_backward(monkeypatch):
+@pytest.mark.parametrize("form", FORMS)
+def test_reassociated_inference_prepares_no_backward(monkeypatch, form):
     """Under torch.no_grad(), with weights that require grad, the reassociated call builds no
-    transposed CSR (as the direct form's op does not)."""
-    monkeypatch.setenv(FORM, "reassociated")
+    transposed CSR (as the direct form's op does not); a training call builds it in its forward
+    (a compiled backward cannot: test_fused_compiles_fullgraph)."""
+    monkeypatch.setenv(FORM, form)
     conv = gnnio.nn.TransformerConv(6, 3, heads=2)
     graph = gnnio.Graph(torch.randint(30, (2, 200)), num_nodes=30)
     with torch.no_grad():
         conv(torch.randn(30, 6), graph)
     assert not graph.has_csr_by_src
-    conv(torch.randn(30, 6), graph).sum().backward()
-    assert graph.has_csr_by_src
+    out = conv(torch.randn(30, 6), graph)
+    assert graph.has_csr_by_src  # by the forward
+    out.sum().backward()
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("case", ["zero_nodes", "zero_sources"])
+def test_reassociated_backward_without_sources(monkeypatch, form, case):
+    """No source rows: the backward's [0, H C] gradients (a view(0, -1) is ambiguous)."""
+    monkeypatch.setenv(FORM, form)
+    ei = torch.empty(2, 0, dtype=torch.long)
+    x_src = torch.randn(0, 5, dtype=torch.float64, requires_grad=True)
+    x_dst = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    pyg, ours = make_pair("TransformerConv", 5 if case == "zero_nodes" else (5, 3), 4, heads=2)
+    ours = ours.double()
+    out = ours(x_src if case == "zero_nodes" else (x_src, x_dst), ei)
+    out.square().sum().backward()
+    assert x_src.grad.shape == x_src.shape
+    if case == "zero_sources":  # the skip's and the query's gradients still reach x_dst
+        ref_src, ref_dst = x_src.detach().requires_grad_(), x_dst.detach().requires_grad_()
+        pyg.double()((ref_src, ref_dst), ei).square().sum().backward()
+        torch.testing.assert_close(x_dst.grad, ref_dst.grad)
+
+
+def test_fused_compiles_fullgraph(monkeypatch):
+    """torch.compile(fullgraph=True) of the fused form on a prepared Graph: the backward finds
+    the transposed CSR built (by the eager forward), as the direct form's does."""
+    monkeypatch.setenv(FORM, "fused")
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(9)
+    graph = gnnio.Graph(torch.randint(60, (2, 400), generator=gen), num_nodes=60)
+    conv = gnnio.nn.TransformerConv(8, 4, heads=2)
+    x = torch.randn(60, 8, generator=gen, requires_grad=True)
+    ref = conv(x, graph)  # (its backward after the compiled call's: it would build the transpose)
+    out = torch.compile(conv, fullgraph=True)(x, graph)
+    grads = torch.autograd.grad(out.sum(), [x] + list(conv.parameters()))
+    ref_grads = torch.autograd.grad(ref.sum(), [x] + list(conv.parameters()))
+    torch.testing.assert_close(out, ref)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("opts", [{}, {"root_weight": False}, {"root_weight": False, "concat": False}],
+                         ids=["default", "no_root", "no_root_mean"])
+def test_output_changed_in_place(monkeypatch, form, opts):
+    """An in-place activation after the layer (the node copies what its backward reads, and
+    returns no view made inside it, which autograd would refuse to let the caller change)."""
+    monkeypatch.setenv(FORM, form)
+    gen = torch.Generator().manual_seed(8)
+    ei = torch.randint(20, (2, 80), generator=gen)
+    x = torch.randn(20, 5, generator=gen, dtype=torch.float64)
+    conv = gnnio.nn.TransformerConv(5, 4, heads=2, **opts).double()
+    grads = []
+    for inplace in (False, True):
+        xi = x.clone().requires_grad_()
+        out = torch.nn.functional.relu(conv(xi, ei), inplace=inplace)
+        grads.append(torch.autograd.grad(out.square().sum(), [xi] + list(conv.lin_query.parameters())))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

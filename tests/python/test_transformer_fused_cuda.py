@@ -142,3 +142,32 @@ def test_cuda_fused_falls_back_where_the_kernel_does_not_fit(monkeypatch):
     pyg, ours = make_pair("TransformerConv", 64, 16, heads=2)
     x = torch.randn(n, 64, device="cuda")
     torch.testing.assert_close(ours.cuda()(x, ei.cuda()), pyg.cuda()(x, ei.cuda()), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("opts", [{}, {"root_weight": False}], ids=["skip_fused", "no_root"])
+def test_cuda_fused_output_changed_in_place(monkeypatch, opts):
+    """An in-place activation after the layer, with the skip fused in the store (the default
+    options): the node returns no view made inside it."""
+    monkeypatch.setenv("GNNIO_TRANSFORMER_FORM", "fused")
+    ei, (n, _) = GRAPHS["random"]
+    conv = gnnio.nn.TransformerConv(128, 32, heads=4, **opts).cuda()
+    x = torch.randn(n, 128, device="cuda")
+    grads = []
+    for inplace in (False, True):
+        xi = x.clone().requires_grad_()
+        out = torch.nn.functional.relu(conv(xi, ei.cuda()), inplace=inplace)
+        grads.append(torch.autograd.grad(out.square().sum(), [xi] + list(conv.lin_query.parameters())))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_cuda_fused_takes_a_misaligned_input(monkeypatch):
+    """A contiguous x whose data is not 16-byte aligned (one row's column slice) runs: the binding
+    copies such an operand for the kernel's float4 loads instead of refusing it."""
+    monkeypatch.setenv("GNNIO_TRANSFORMER_FORM", "fused")
+    conv = gnnio.nn.TransformerConv(128, 32, heads=4).cuda()
+    x = torch.randn(1, 129, device="cuda")[:, 1:]
+    assert x.is_contiguous() and x.data_ptr() % 16 != 0
+    ei = torch.zeros(2, 1, dtype=torch.long, device="cuda")
+    with torch.no_grad():
+        torch.testing.assert_close(conv(x, ei), conv(x.clone(), ei), rtol=0, atol=0)

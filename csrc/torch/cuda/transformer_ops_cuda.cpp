@@ -20,7 +20,8 @@ std::tuple<at::Tensor, at::Tensor> transformer_fused_forward_cuda_impl(
     const c10::optional<at::Tensor>& b_key) {
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out, stats;
-  const TransformerFusedOperands o(x, query, w_key, w_value_t, b_value, residual, b_key);
+  const TransformerFusedOperands o(x, query, w_key, w_value_t, b_value, residual, b_key,
+                                   /*align16=*/true);
   auto p = transformer_fused_params(rowptr, col, o.x, o.query, o.w_key, o.w_value_t, o.b_value,
                                     o.residual, o.b_key, scale, out, stats);
   p.split = row_split_of(heavy_rows, heavy_items, light_max_degree, x, "transformer_fused_forward");

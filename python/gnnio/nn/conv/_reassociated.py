@@ -34,7 +34,7 @@ def headwise(x: Tensor, w: Tensor) -> Tensor:
 def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, b_key: Optional[Tensor],
                    w_value: Tensor, b_value: Optional[Tensor], residual: Optional[Tensor],
                    scale: float, plan):
-    """gnnio::transformer_fused_forward with the planner's split (CUDA): (out [N_dst, H C],
+    """gnnio::transformer_fused_forward with the planner's split (CUDA): (out [N_dst, H, C],
     stats [N_dst, H, 2], their max shifted by the key bias's term as the direct form's)."""
     fwd = graph.csr_by_dst
     split = (None, None, None, 2**62)
@@ -71,9 +71,13 @@ class ReassociatedAttention(torch.autograd.Function):
         query = query.contiguous()
         fwd = graph.csr_by_dst
         if fused:
+            # out [N_dst, H, C] as the op allocates it: a view made here would be an output view
+            # of a custom Function, which autograd forbids the caller to change in place
             out, stats = _fused_forward(graph, x_src, query, w_key, b_key, w_value, b_value,
                                         residual, scale, plan)
-            out = out.view(-1, heads, channels)
+            if need_grad:  # what the backward reads, built here as the unfused form's op does
+                graph.backward_csr(True)
+                graph.src_slot_to_dst_slot
         else:
             assert residual is None
             query_t = headwise(query, w_key.view(heads, channels, features))  # [N_dst, H, F]
@@ -133,9 +137,9 @@ class ReassociatedAttention(torch.autograd.Function):
             fwd.rowptr, fwd.col, 2, value, [None, None, None, query, key, None, None, None],
             graph.num_dst, [0.2, ctx.scale, 0.0], 0, rowptr_t, col_t, graph.src_slot_to_dst_slot,
             splits, light_max, kept, stats, grad_out.contiguous(), needs)
-        d_value = grads[0].view(n_src, -1) if need_value else None
+        d_value = grads[0].view(n_src, heads * channels) if need_value else None
         d_query = grads[4] if need_q else None
-        d_key = grads[5].view(n_src, -1) if need_key else None
+        d_key = grads[5].view(n_src, heads * channels) if need_key else None
         d_x = None
         if need_x:
             d_x = d_key @ w_key
