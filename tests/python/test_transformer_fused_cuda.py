@@ -17,6 +17,8 @@ import gnnio
 from conftest import assert_no_worse_than_reference
 from test_attention import make_pair
 from test_attention_cuda import GRAPHS
+from test_transformer_forms import count_fused
+from gnnio.nn.conv._reassociated import _fused_forward
 
 pytestmark = pytest.mark.cuda
 EPS32 = torch.finfo(torch.float32).eps
@@ -35,18 +37,11 @@ def operands(ns, nd, heads, gen, bias=True, residual=True):
 
 
 def op(graph, ops, dtype, device, plan=None):
-    csr = graph.csr_by_dst
-    split = ()
-    if plan is not None and plan.heavy_rows is not None:
-        items = plan.heavy_items
-        offsets = torch.searchsorted(items[:, 0].contiguous(),
-                                     torch.arange(plan.heavy_rows.numel() + 1, device=items.device))
-        split = (plan.heavy_rows, items, offsets, plan.light_max_degree)
+    """The op on graph's csr_by_dst (on device) through the layer's own call (_fused_forward: the
+    plan's split and its item offsets), ops in dtype."""
     t = {k: None if v is None else v.to(device, dtype) for k, v in ops.items()}
-    C = t["query"].size(2)
-    return torch.ops.gnnio.transformer_fused_forward(
-        csr.rowptr.to(device), csr.col.to(device), t["x"], t["query"], t["w_key"], t["w_value_t"],
-        t["b_value"], t["residual"], C ** -0.5, *split)
+    return _fused_forward(graph, t["x"], t["query"], t["w_key"], None, t["w_value_t"].t(),
+                          t["b_value"], t["residual"], t["query"].size(2) ** -0.5, plan)
 
 
 @pytest.mark.parametrize("walk", ["staged", "registers"])
@@ -87,10 +82,7 @@ def test_cuda_fused_layer_matches_pyg(monkeypatch, graph_name, opt, heads):
     own float32 error on CUDA, with the hub tests' floors (a row of L terms rounds like sqrt(L)
     eps32; a parameter's gradient sums over every row)."""
     monkeypatch.setenv("GNNIO_TRANSFORMER_FORM", "fused")
-    from gnnio.nn.conv import _reassociated
-    calls = []
-    real = _reassociated._fused_forward
-    monkeypatch.setattr(_reassociated, "_fused_forward", lambda *a: calls.append(1) or real(*a))
+    calls = count_fused(monkeypatch)
     ei, (ns, nd) = GRAPHS[graph_name]
     kwargs = dict(heads=heads, root_weight=opt != "no_root", beta=opt == "beta",
                   concat=opt != "mean", bias=opt != "no_bias")
