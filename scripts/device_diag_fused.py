@@ -28,16 +28,14 @@ def main():
         torch.manual_seed(0)
         conv = gnnio.nn.TransformerConv(128, 32, heads=4).cuda()
         x = torch.randn(d.num_nodes, 128, device="cuda")
-        if ncu:  # the walk from the caller's GNNIO_FUSED_WALK
+        if ncu:
             os.environ["GNNIO_TRANSFORMER_FORM"] = "fused"
             with torch.no_grad():
                 conv(x, graph)
             torch.cuda.synchronize()
             continue
-        for form in os.environ.get("DIAG_FORMS", "direct fused fused@registers").split():
-            # fused@registers: the fused form with GNNIO_FUSED_WALK=registers
-            os.environ["GNNIO_TRANSFORMER_FORM"], _, walk = form.partition("@")
-            os.environ["GNNIO_FUSED_WALK"] = walk or "staged"
+        for form in ("direct", "fused"):
+            os.environ["GNNIO_TRANSFORMER_FORM"] = form
 
             def fwd():
                 with torch.no_grad():

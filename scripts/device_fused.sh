@@ -3,8 +3,7 @@
 # NOTES.md v21): build; the fused CUDA tests and the forms' tests (TEST_S); the forward's
 # kernels by the profiler (scripts/device_diag_fused.py, DIAG_S); the fused kernel under ncu
 # (NCU_S, default off); then TransformerConv's rows on
-# GRAPHS per form in FORMS (each run has PyG's layer in the same process), BENCH_S each; a
-# form fused@registers is the fused form with GNNIO_FUSED_WALK=registers (file *-fused-registers).
+# GRAPHS per form in FORMS (each run has PyG's layer in the same process), BENCH_S each.
 # Results are named by the card (device_prefix). Pass GNNIO_COMMIT=<sent commit>.
 set -uo pipefail
 T0=$(date +%s)
@@ -36,13 +35,12 @@ if [ "${NCU_S:-0}" -gt 0 ]; then
   grep -E "Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|Stall|Registers Per|Shared Memory Config" "$OUT/ncu-fused.txt" | head -40
   echo "ncu: $(( $(date +%s) - T0 )) s"
 fi
-for entry in ${FORMS:-direct fused}; do
-  form=${entry%@*}; walk=${entry#"$form"}; walk=${walk#@}
-  GNNIO_TRANSFORMER_FORM=$form GNNIO_FUSED_WALK=${walk:-staged} timeout "${BENCH_S:-120}" python3 -m gnnio.bench --warmup 3 \
+for form in ${FORMS:-direct fused}; do
+  GNNIO_TRANSFORMER_FORM=$form timeout "${BENCH_S:-120}" python3 -m gnnio.bench --warmup 3 \
     --repeat 10 --no-plot --dtype float32 --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" \
-    --layers TransformerConv --out "$OUT/$card-transformer-$form${walk:+-$walk}-float32.json" \
-    > "$OUT/bench-$entry.log" 2>&1 || echo "$entry: stopped (rc $?)"
-  echo "bench $entry: $(( $(date +%s) - T0 )) s"
+    --layers TransformerConv --out "$OUT/$card-transformer-$form-float32.json" \
+    > "$OUT/bench-$form.log" 2>&1 || echo "$form: stopped (rc $?)"
+  echo "bench $form: $(( $(date +%s) - T0 )) s"
 done
 echo "=== rows"; grep -hE "TransformerConv" "$OUT"/$card-transformer-*.md | cut -c1-220
 exit 0

@@ -165,12 +165,12 @@ TORCH_LIBRARY(gnnio, m) {
   // out [N_dst, H, C] = W_v,h softmax_j(scale (W_k,h^T q_i,h) . x_j) x_j (+ b_value on rows with
   // edges) (+ residual), and stats [N_dst, H, 2] as graph_attention's, from x [N_src, F], query
   // [N_dst, H, C], w_key [H C, F] and w_value_t [F, H C]. The split (CUDA) walks heavy rows in
-  // items (item_offsets: each heavy row's first item, then num_items). b_key: stats' max gets
-  // scale q . b_k (the direct scores' max, which the direct backward reads). No autograd: the
+  // items. b_key: stats' max gets scale q . b_k (the direct scores' max, which the direct
+  // backward reads). No autograd: the
   // layer's backward is the direct form's (gnnio/nn/conv/_reassociated.py).
   m.def("transformer_fused_forward(Tensor rowptr, Tensor col, Tensor x, Tensor query, "
         "Tensor w_key, Tensor w_value_t, Tensor? b_value, Tensor? residual, float scale, "
-        "Tensor? heavy_rows=None, Tensor? heavy_items=None, Tensor? item_offsets=None, "
+        "Tensor? heavy_rows=None, Tensor? heavy_items=None, "
         "int light_max_degree=4611686018427387904, Tensor? b_key=None) -> (Tensor out, Tensor stats)");
   // out[c] = sum_r x[r, c] for a [rows, cols] x, in x's dtype, summed in float64 in a fixed
   // order (gnnio/dense/column_sum.h): the bias gradients.

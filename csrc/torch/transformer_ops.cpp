@@ -9,8 +9,7 @@ std::tuple<at::Tensor, at::Tensor> transformer_fused_forward_cpu_impl(
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, const at::Tensor& query,
     const at::Tensor& w_key, const at::Tensor& w_value_t, const c10::optional<at::Tensor>& b_value,
     const c10::optional<at::Tensor>& residual, double scale, const c10::optional<at::Tensor>&,
-    const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, int64_t,
-    const c10::optional<at::Tensor>& b_key) {
+    const c10::optional<at::Tensor>&, int64_t, const c10::optional<at::Tensor>& b_key) {
   at::Tensor out, stats;
   const TransformerFusedOperands o(x, query, w_key, w_value_t, b_value, residual, b_key);
   const auto p = transformer_fused_params(rowptr, col, o.x, o.query, o.w_key, o.w_value_t,

@@ -150,8 +150,8 @@ def _head_scores_backward_fake(x, att, grad_score, x_grad, att_grad, grad_x_into
 
 @torch.library.register_fake("gnnio::transformer_fused_forward")
 def _transformer_fused_forward_fake(rowptr, col, x, query, w_key, w_value_t, b_value, residual,
-                                    scale, heavy_rows=None, heavy_items=None, item_offsets=None,
-                                    light_max_degree=2**62, b_key=None):
+                                    scale, heavy_rows=None, heavy_items=None, light_max_degree=2**62,
+                                    b_key=None):
     n, h, c = query.shape
     return x.new_empty(n, h, c), x.new_empty(n, h, 2)
 

@@ -20,6 +20,7 @@
 #include "gnnio/common/cache_hint.cuh"
 #include "gnnio/common/convert.cuh"
 #include "gnnio/common/cuda_check.h"
+#include "gnnio/common/item_offsets.cuh"
 #include "gnnio/common/vec.cuh"
 
 namespace gnnio::attention_detail {
@@ -548,45 +549,6 @@ inline int blocks_for(int64_t threads, int64_t block = kThreads) {
 // Pieces carved out of a launcher's workspace after its float partials start on 256-byte
 // boundaries (cudaMalloc's own alignment), whatever the partials' size.
 inline size_t workspace_align(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-// Workspace bytes of a split's RowSplit::item_offsets table: none without heavy rows (no merge).
-inline size_t item_offsets_bytes(const RowSplit& s) {
-  return s.num_heavy > 0 ? static_cast<size_t>(s.num_heavy + 1) * sizeof(int64_t) : 0;
-}
-
-namespace {  // a kernel that is no template: each .cu including this keeps its own copy
-
-// RowSplit::item_offsets of s, one thread per t in [0, num_items]: with owner(t) the heavy index
-// of item t, owner(-1) = -1 and owner(num_items) = num_heavy, thread t writes t to the entries
-// (owner(t - 1), owner(t)]: the rows whose first item is t (a row without items, which only a
-// raw op call can give, gets the next row's first item, as a lower-bound search would) and, for
-// the last, offsets[num_heavy] = num_items. Items sorted by owner write each entry once: no
-// atomics, the same table every run. Owners are clamped to [0, num_heavy] so that bad items of
-// a raw call cannot write outside the table; any owners still write every entry, in [0, num_items].
-__global__ void item_offsets_kernel(RowSplit s, int64_t* offsets) {
-  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (t > s.num_items) return;
-  auto owner = [&](int64_t u) -> int64_t {
-    if (u < 0) return -1;
-    if (u >= s.num_items) return s.num_heavy;
-    const int64_t o = s.heavy_items[u * 3];
-    return o < 0 ? 0 : (o > s.num_heavy ? s.num_heavy : o);
-  };
-  const int64_t last = owner(t);
-  for (int64_t r = owner(t - 1) + 1; r <= last; ++r) offsets[r] = t;
-}
-
-// Fills s's item_offsets table at `table` (item_offsets_bytes(s) bytes of workspace) on the
-// stream and points s at it; a split without heavy rows is left as it is.
-inline void fill_item_offsets(RowSplit& s, void* table, cudaStream_t stream) {
-  if (s.num_heavy == 0) return;
-  auto* offsets = static_cast<int64_t*>(table);
-  item_offsets_kernel<<<blocks_for(s.num_items + 1), kThreads, 0, stream>>>(s, offsets);
-  GNNIO_CUDA_CHECK(cudaGetLastError());
-  s.item_offsets = offsets;
-}
-
-}  // namespace
 
 // Calls fn(std::integral_constant<int, L>, std::integral_constant<int, CPL>): CPL channels per
 // lane (4: 16 bytes of float32, 8 of a 16-bit type; 8 when a head exceeds 128 channels), L the

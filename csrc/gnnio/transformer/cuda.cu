@@ -2,30 +2,34 @@
 // order of the sums). Shapes are the benchmark's and PyG's common ones: float32, F = H x C = 128,
 // 1, 2 or 4 heads (transformer_fused_cuda_supported); the layer runs the unfused forms otherwise.
 //
-// fused_kernel: one block of 8 warps per tile of 32 destinations, in three phases.
+// Before the tiles, the launcher lists the light rows that have edges (light_rows_kernel's
+// flags and CUB's stable select): only they take a tile. Rows without edges are written by
+// empty_rows_kernel (out = the skip or 0; no q~ or W_v work: 31% of powerlaw-1M-16M's rows),
+// heavy rows by their items, merge_kernel and heavy_value_kernel.
+//
+// fused_kernel: one block of 8 warps per tile of 32 listed rows, in three phases.
 //   1. q~ = W_k,h^T q_h for the tile's rows: warp w owns features [16w, 16w + 16), a lane 4 of
 //      them for 4 rows (dg, dg + 8, dg + 16, dg + 24): each W_k load feeds 16 FFMA, and each
 //      block reads W_k once (64 KB, from L2).
-//   2. Each warp walks 4 rows, kTransformerChunk slots at a time: lane (fg, eg) = (lane / 8,
-//      lane % 8) holds quarter fg of slot eg's x_j (its float4s fg, fg + 4, ...) in registers
-//      (8 x 16-byte loads) and forms its
-//      partial scores against q~ in shared memory; two shuffles finish a score, three a chunk's
-//      max. The chunk's rows then go to the warp's stage in shared memory and every lane adds
-//      its 4 features of each slot, weighted, for every head: x_j is read from memory once per
-//      edge for all heads, and no shuffle runs per slot and head (NOTES v20: the shared-row
-//      kernel's butterflies per slot and head made it 1.5x slower than the per-head kernel).
-//      The next chunk's loads are issued before that accumulation.
+//   2. Each warp walks 4 rows, kTransformerChunk slots at a time (walk_registers): lane l holds
+//      features 4 l .. 4 l + 3 of q~ and of each of the chunk's slots, so x_j is read from
+//      memory once per edge for all heads and nothing is staged; the next chunk's loads are
+//      issued before the chunk's sums.
 //   3. out = W_v,h x~_h (+ b_v) (+ residual), x~ in shared memory where q~ was: warp w owns
-//      outputs [16w, 16w + 16), a lane 4 of them for 4 rows.
-// Blocks past the tiles take heavy rows' items (one warp an item: q~ of its row, the same walk,
-// a partial (m, s, x~ unnormalised) per head); merge_kernel combines a heavy row's items (warp w
-// items w, w + 8, ... in order, then the warps in order) and applies W_v.
+//      outputs [16w, 16w + 16), a lane 4 of them for 4 rows (tile_value).
+// Blocks past the tiles take heavy rows' items (one warp an item: q~ of its row from
+// heavy_query_kernel, the same walk, a partial (m, s, x~ unnormalised) per head); merge_kernel
+// combines a heavy row's items (warp w items w, w + 8, ... in order, then the warps in order)
+// into x~, and heavy_value_kernel applies W_v to 32 heavy rows a block (tile_value: W_v read
+// once a block, not once a heavy row).
 #include <cuda_runtime.h>
+#include <thrust/iterator/counting_iterator.h>
 
 #include <cmath>
-#include <type_traits>
+#include <cub/device/device_select.cuh>
 
 #include "gnnio/common/cuda_check.h"
+#include "gnnio/common/item_offsets.cuh"
 #include "gnnio/transformer/params.h"
 
 namespace gnnio {
@@ -35,147 +39,41 @@ constexpr int kF = 128, kHC = 128;
 constexpr int kTileRows = 32, kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = kTileRows / kWarps;
 constexpr int kChunk = kTransformerChunk;
-// q~ of a row, per head (128 floats), then x~ in the same place. A lane's quarter of x_j is
-// the float4s fg, fg + 4, fg + 8, ...: one load instruction of a chunk reads 64 contiguous bytes
-// of each of its 8 rows (16 sectors, not 32), and the four quarters' q~ loads are 64 contiguous
-// bytes (no bank conflict).
+// q~ of a row, per head (128 floats), then x~ in the same place.
 constexpr int kHeadPitch = kF;
-// A row's region: 580 = 4 (mod 32), so the epilogue's loads of 8 rows at once fall in different
-// banks.
+// A row's region: 580 = 4 (mod 32), so phase 3's loads of 8 rows at once fall in different banks.
 constexpr int kRowPitch = 580;
 constexpr int kQueryPitch = kHC + 4;  // the query tile's rows: 16-byte loads of 8 rows, 32 banks
-constexpr int kStagePitch = kF + 4;   // a staged slot's row: 4 (mod 32), the quarter-warp's rows apart
-constexpr int kWarpStage = kChunk * kStagePitch + kChunk * 4;  // x rows, then the chunk's weights
+constexpr int kWarpStage = kChunk * 4;  // a warp's chunk weights, [slot][head]
 constexpr int kRowFloats = kTileRows * kRowPitch;
 constexpr int kScratchFloats =
     kWarps * kWarpStage > kTileRows * kQueryPitch ? kWarps * kWarpStage : kTileRows * kQueryPitch;
-// Then the tile's row bounds (int64, kTileRows + 1), the key bias's shift of each row's max
-// (kTileRows x 4 floats) and the rows' flags.
+// Then the tile's rows (int64, kTileRows: -1 past the list), their slot bounds (2 x kTileRows)
+// and the key bias's shift of each row's max (kTileRows x 4 floats).
 constexpr size_t kSmemBytes = (kRowFloats + kScratchFloats) * sizeof(float) +
-                              (kTileRows + 1) * sizeof(int64_t) + kTileRows * 4 * sizeof(float) +
-                              kTileRows * sizeof(int);
+                              3 * kTileRows * sizeof(int64_t) + kTileRows * 4 * sizeof(float);
+// heavy_value_kernel: x~ of 32 heavy rows at kRowPitch.
+constexpr size_t kValueSmemBytes = kRowFloats * sizeof(float);
 constexpr float kEps = 1e-16f;
 constexpr int kMergeThreads = 256;
 
 static_assert(kF == 128 && kHC == 128, "lane maps assume 128 features and 128 outputs");
 static_assert(kTileRows == 4 * kWarps, "a lane forms q~ and out for 4 rows, 8 rows apart");
 
-enum RowFlag : int { kEmpty = 0, kHasEdges = 1, kHeavy = 2, kOutside = 3 };
-
 __device__ inline float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ inline float get(const float4& v, int k) {
   return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
 }
 
-// Lane (fg, eg)'s quarter fg of slot base + eg's x_j (zeros past end).
-template <typename index_t>
-__device__ inline void load_chunk(float4 (&xr)[8], const index_t* __restrict__ col,
-                                  const float* __restrict__ x, int64_t base, int64_t end, int lane) {
-  const int64_t k = base + (lane & 7);
-  if (k < end) {
-    const float* src = x + static_cast<int64_t>(col[k]) * kF + 4 * (lane >> 3);
-#pragma unroll
-    for (int t = 0; t < 8; ++t) xr[t] = ldg4(src + 16 * t);
-  } else {
-#pragma unroll
-    for (int t = 0; t < 8; ++t) xr[t] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
-
-// One row's (or item's) walk over slots [begin, end) with q~ at qt (head pitch kHeadPitch), xr
-// holding its first chunk (load_chunk) on entry. Its last chunk's prefetch loads the first chunk
-// of [next_begin, next_end) instead (the warp's next row: one memory latency less a row). On
-// return every lane holds m and the row's running sum s per head, and acc = its 4 features
-// (4 lane .. 4 lane + 3) of each head's unnormalised x~.
-template <typename index_t, int H>
-__device__ void walk(const float* qt, float* stage, const index_t* __restrict__ col,
-                     const float* __restrict__ x, int64_t begin, int64_t end, int64_t next_begin,
-                     int64_t next_end, float4 (&xr)[8], float scale, int lane, float (&m)[H],
-                     float (&s)[H], float (&acc)[H][4]) {
-  const int fg = lane >> 3, eg = lane & 7;
-  float* xs = stage;
-  float* ws = stage + kChunk * kStagePitch;
-  for (int h = 0; h < H; ++h) {
-    m[h] = -INFINITY;
-    s[h] = 0.f;
-    for (int k = 0; k < 4; ++k) acc[h][k] = 0.f;
-  }
-  for (int64_t base = begin; base < end; base += kChunk) {
-    const bool valid = base + eg < end;
-    float e[H], p[H], r[H];
-#pragma unroll
-    for (int h = 0; h < H; ++h) {
-      const float* q = qt + h * kHeadPitch + 4 * fg;
-      float a = 0.f;
-#pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        const float4 qv = *reinterpret_cast<const float4*>(q + 16 * t);
-        a = __fmaf_rn(qv.x, xr[t].x, a);
-        a = __fmaf_rn(qv.y, xr[t].y, a);
-        a = __fmaf_rn(qv.z, xr[t].z, a);
-        a = __fmaf_rn(qv.w, xr[t].w, a);
-      }
-      a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 8));
-      a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 16));
-      e[h] = valid ? __fmul_rn(a, scale) : -INFINITY;
-    }
-#pragma unroll
-    for (int h = 0; h < H; ++h) {
-      float mx = e[h];
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-      const float m_new = fmaxf(m[h], mx);  // finite: slot base is always valid
-      r[h] = expf(m[h] - m_new);
-      p[h] = valid ? expf(e[h] - m_new) : 0.f;
-      s[h] = __fadd_rn(__fmul_rn(s[h], r[h]), p[h]);
-      m[h] = m_new;
-    }
-    float* row = xs + eg * kStagePitch + 4 * fg;
-#pragma unroll
-    for (int t = 0; t < 8; ++t) *reinterpret_cast<float4*>(row + 16 * t) = xr[t];
-    if (fg == 0) {
-#pragma unroll
-      for (int h = 0; h < H; ++h) ws[eg * 4 + h] = p[h];
-    }
-    __syncwarp();
-    const int n = end - base < kChunk ? static_cast<int>(end - base) : kChunk;
-    if (base + kChunk < end) load_chunk(xr, col, x, base + kChunk, end, lane);
-    else load_chunk(xr, col, x, next_begin, next_end, lane);
-#pragma unroll
-    for (int h = 0; h < H; ++h)
-      for (int k = 0; k < 4; ++k) acc[h][k] = __fmul_rn(acc[h][k], r[h]);
-    for (int j = 0; j < n; ++j) {
-      const float4 xv = *reinterpret_cast<const float4*>(xs + j * kStagePitch + 4 * lane);
-      const float4 wv = *reinterpret_cast<const float4*>(ws + j * 4);
-#pragma unroll
-      for (int h = 0; h < H; ++h) {
-        const float w = get(wv, h);
-        acc[h][0] = __fmaf_rn(w, xv.x, acc[h][0]);
-        acc[h][1] = __fmaf_rn(w, xv.y, acc[h][1]);
-        acc[h][2] = __fmaf_rn(w, xv.z, acc[h][2]);
-        acc[h][3] = __fmaf_rn(w, xv.w, acc[h][3]);
-      }
-    }
-    __syncwarp();
-  }
-#pragma unroll
-  for (int h = 0; h < H; ++h) {
-    s[h] = __fadd_rn(s[h], __shfl_xor_sync(0xffffffffu, s[h], 1));
-    s[h] = __fadd_rn(s[h], __shfl_xor_sync(0xffffffffu, s[h], 2));
-    s[h] = __fadd_rn(s[h], __shfl_xor_sync(0xffffffffu, s[h], 4));
-  }
-}
-
-// The walk with lane l owning features 4 l .. 4 l + 3 of every slot of the chunk
-// (GNNIO_FUSED_WALK=registers; params.register_walk; a helper's proposal from the SASS count of
-// walk(), bench/NOTES.md v21; NOT YET RUN ON A GPU): each load is one slot's whole row, q~ sits in
-// 4H registers a row, and x~'s sums read the chunk from registers, so nothing is staged and q~ is
-// not reloaded per slot. A lane's 8H partial scores (4-term FMA chains over its features) are
-// combined by a reduce-scatter over the lanes (offsets 16, 8, 4, 2, 1: 31 shuffles and adds at
-// 4 heads), after which lane (j H + h) << kScatterShift<H> holds slot j's score for head h; the
-// weights go back to every lane through the warp's stage (one store, 8 broadcast loads). Its
-// score is summed in another order than walk()'s (a tree over the lanes, not four quarters).
+// The walk of one row's (or item's) slots, lane l owning features 4 l .. 4 l + 3 of every slot
+// of a chunk (a helper's proposal from the SASS count of v3's staged walk, bench/NOTES.md v21-v22:
+// that walk staged each chunk through shared memory and reloaded q~ per slot; this one measured
+// 8.30 -> 7.01 ms on an H100): each load is one slot's whole row, q~ sits in 4H registers, and
+// x~'s sums read the chunk from registers. A lane's 8H partial scores (4-term FMA chains over
+// its features) are combined by a reduce-scatter over the lanes (offsets 16, 8, 4, 2, 1: 31
+// shuffles and adds at 4 heads), after which lane (j H + h) << kScatterShift<H> holds slot j's
+// score for head h; the weights go back to every lane through the warp's stage (one store, 8
+// broadcast loads).
 template <int H>
 constexpr int kScatterShift = H == 4 ? 0 : H == 2 ? 1 : 2;
 
@@ -210,6 +108,10 @@ __device__ inline void load_rows(float4 (&xr)[8], const index_t* __restrict__ co
   }
 }
 
+// On entry xr holds the first chunk (load_rows); its last chunk's prefetch loads the first chunk
+// of [next_begin, next_end) instead (the warp's next row: one memory latency less a row). On
+// return every lane holds m and the row's running sum s per head, and acc = its 4 features
+// (4 lane .. 4 lane + 3) of each head's unnormalised x~.
 template <typename index_t, int H>
 __device__ void walk_registers(const float* qt, float* stage, const index_t* __restrict__ col,
                                const float* __restrict__ x, int64_t begin, int64_t end,
@@ -285,25 +187,6 @@ __device__ void walk_registers(const float* qt, float* stage, const index_t* __r
   }
 }
 
-// The walk and its chunk loads, by layout.
-template <bool kRegisterWalk, typename index_t>
-__device__ inline void first_chunk(float4 (&xr)[8], const index_t* __restrict__ col,
-                                   const float* __restrict__ x, int64_t base, int64_t end, int lane) {
-  if constexpr (kRegisterWalk) load_rows(xr, col, x, base, end, lane);
-  else load_chunk(xr, col, x, base, end, lane);
-}
-
-template <bool kRegisterWalk, typename index_t, int H>
-__device__ inline void walk_row(const float* qt, float* stage, const index_t* __restrict__ col,
-                                const float* __restrict__ x, int64_t begin, int64_t end,
-                                int64_t next_begin, int64_t next_end, float4 (&xr)[8], float scale,
-                                int lane, float (&m)[H], float (&s)[H], float (&acc)[H][4]) {
-  if constexpr (kRegisterWalk)
-    walk_registers<index_t, H>(qt, stage, col, x, begin, end, next_begin, next_end, xr, scale, lane, m, s, acc);
-  else
-    walk<index_t, H>(qt, stage, col, x, begin, end, next_begin, next_end, xr, scale, lane, m, s, acc);
-}
-
 // q~ = W_k,h^T q_h of 32 rows, q in shared memory at pitch kQueryPitch: warp w forms features
 // [16 w, 16 w + 16), a lane 4 of them for rows dg, dg + 8, dg + 16, dg + 24, 4 W_k rows and 4
 // rows' 4 queries a step (8 loads for 64 FFMA); row d's q~ goes to dst + d dst_pitch.
@@ -359,28 +242,138 @@ __global__ void __launch_bounds__(kThreads) heavy_query_kernel(TransformerFusedP
                   H * kHeadPitch, threadIdx.x >> 5, threadIdx.x & 31);
 }
 
-template <bool kRegisterWalk, typename index_t, int H>
+
+// The key bias's shift of head h's direct scores, q_h . b_k,h (c ascending): the softmax drops
+// it, the stats' max carries it (params.h).
+__device__ inline float key_shift(const float* q, const float* __restrict__ b_key, int channels) {
+  float shift = 0.f;
+  for (int c = 0; c < channels; ++c) shift = __fmaf_rn(q[c], __ldg(b_key + c), shift);
+  return shift;
+}
+
+// Phase 3's products for rows dg, dg + 8, dg + 16, dg + 24 of a tile of x~ at kRowPitch (head
+// h's x~ at h x kF): a[i][k] = sum_f x~_i,h[f] W_v[h C + c][f] for outputs o0 .. o0 + 3
+// (o0 = 16 warp + 4 (lane % 4), head o0 / C), f ascending.
+template <int H>
+__device__ void tile_value(const float* xt, const float* __restrict__ w_value_t, int warp,
+                           int lane, float (&a)[4][4]) {
+  constexpr int C = kHC / H;
+  const int dg = lane >> 2, o0 = 16 * warp + 4 * (lane & 3), h = o0 / C;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 4; ++k) a[i][k] = 0.f;
+#pragma unroll 2
+  for (int f = 0; f < kF; f += 4) {
+    float4 w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = ldg4(w_value_t + (f + k) * kHC + o0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 xv = *reinterpret_cast<const float4*>(xt + (dg + 8 * i) * kRowPitch + h * kF + f);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float xk = get(xv, k);
+        a[i][0] = __fmaf_rn(xk, w[k].x, a[i][0]);
+        a[i][1] = __fmaf_rn(xk, w[k].y, a[i][1]);
+        a[i][2] = __fmaf_rn(xk, w[k].z, a[i][2]);
+        a[i][3] = __fmaf_rn(xk, w[k].w, a[i][3]);
+      }
+    }
+  }
+}
+
+// out[row, o0 .. o0 + 3] = a (+ b_v) (+ residual), in that order.
+__device__ inline void store_out(const TransformerFusedParams& p, int64_t row, int o0,
+                                 const float (&a)[4]) {
+  float4 v = make_float4(a[0], a[1], a[2], a[3]);
+  if (p.b_value) {
+    const float4 bias = ldg4(static_cast<const float*>(p.b_value) + o0);
+    v.x = __fadd_rn(v.x, bias.x);
+    v.y = __fadd_rn(v.y, bias.y);
+    v.z = __fadd_rn(v.z, bias.z);
+    v.w = __fadd_rn(v.w, bias.w);
+  }
+  if (p.residual) {
+    const float4 res = ldg4(static_cast<const float*>(p.residual) + row * kHC + o0);
+    v.x = __fadd_rn(res.x, v.x);
+    v.y = __fadd_rn(res.y, v.y);
+    v.z = __fadd_rn(res.z, v.z);
+    v.w = __fadd_rn(res.w, v.w);
+  }
+  *reinterpret_cast<float4*>(static_cast<float*>(p.out) + row * kHC + o0) = v;
+}
+
+// Rows without edges, one warp a row: out = residual + 0 (or 0: the attention of no edges, no
+// b_v), stats = (scale q . b_k, 1e-16), as the tile's walk of no slots would give.
+template <typename index_t, int H>
+__global__ void __launch_bounds__(kThreads) empty_rows_kernel(TransformerFusedParams p) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (row >= p.num_dst) return;
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  if (rowptr[row + 1] != rowptr[row]) return;
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (p.residual) {
+    const float4 res = ldg4(static_cast<const float*>(p.residual) + row * kHC + 4 * lane);
+    v = make_float4(__fadd_rn(res.x, 0.f), __fadd_rn(res.y, 0.f), __fadd_rn(res.z, 0.f),
+                    __fadd_rn(res.w, 0.f));
+  }
+  *reinterpret_cast<float4*>(static_cast<float*>(p.out) + row * kHC + 4 * lane) = v;
+  if (lane < H) {
+    constexpr int C = kHC / H;
+    const float shift = p.b_key ? key_shift(static_cast<const float*>(p.query) + row * kHC + lane * C,
+                                            static_cast<const float*>(p.b_key) + lane * C, C)
+                                : 0.f;
+    auto* stats = static_cast<float*>(p.stats);
+    stats[(row * H + lane) * 2] = __fadd_rn(0.f, __fmul_rn(static_cast<float>(p.scale), shift));
+    stats[(row * H + lane) * 2 + 1] = __fadd_rn(0.f, kEps);
+  }
+}
+
+// The rows a tile takes: light (not heavy) and with edges.
+template <typename index_t>
+struct LightRowWithEdges {
+  const index_t* rowptr;
+  int64_t light_max_degree;
+  __device__ bool operator()(index_t row) const {
+    const int64_t len = static_cast<int64_t>(rowptr[row + 1]) - rowptr[row];
+    return len > 0 && len <= light_max_degree;
+  }
+};
+
+template <typename index_t>
+size_t select_temp_bytes(int64_t num_dst) {
+  size_t bytes = 0;
+  GNNIO_CUDA_CHECK(cub::DeviceSelect::If(nullptr, bytes, thrust::counting_iterator<index_t>(0),
+                                         static_cast<index_t*>(nullptr), static_cast<int64_t*>(nullptr),
+                                         num_dst, LightRowWithEdges<index_t>{nullptr, 0}));
+  return bytes;
+}
+
+template <typename index_t, int H>
 __global__ void __launch_bounds__(kThreads, 2)
-    fused_kernel(TransformerFusedParams p, int64_t num_tiles, float* part, const float* heavy_qt) {
+    fused_kernel(TransformerFusedParams p, int64_t tile_blocks, const index_t* __restrict__ light_rows,
+                 const int64_t* __restrict__ light_count, float* part, const float* heavy_qt) {
   extern __shared__ float4 smem4[];
   float* rows = reinterpret_cast<float*>(smem4);
   float* scratch = rows + kRowFloats;
-  auto* bounds = reinterpret_cast<int64_t*>(scratch + kScratchFloats);
-  float* shifts = reinterpret_cast<float*>(bounds + kTileRows + 1);
-  int* flags = reinterpret_cast<int*>(shifts + kTileRows * 4);
+  auto* tile_rows = reinterpret_cast<int64_t*>(scratch + kScratchFloats);
+  int64_t* begins = tile_rows + kTileRows;
+  int64_t* ends = begins + kTileRows;
+  float* shifts = reinterpret_cast<float*>(ends + kTileRows);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
   const auto* col = static_cast<const index_t*>(p.col);
   const auto* x = static_cast<const float*>(p.x);
   const auto* query = static_cast<const float*>(p.query);
-  const auto* w_key = static_cast<const float*>(p.w_key);
   auto* stats = static_cast<float*>(p.stats);
   const float scale = static_cast<float>(p.scale);
   float* stage = scratch + warp * kWarpStage;
   float m[H], s[H], acc[H][4];
+  float4 xr[8];
 
-  if (blockIdx.x >= num_tiles) {  // a heavy row's item, one a warp
-    const int64_t item = (static_cast<int64_t>(blockIdx.x) - num_tiles) * kWarps + warp;
+  if (blockIdx.x >= tile_blocks) {  // a heavy row's item, one a warp
+    const int64_t item = (static_cast<int64_t>(blockIdx.x) - tile_blocks) * kWarps + warp;
     if (item >= p.split.num_items) return;
     const int64_t* it = p.split.heavy_items + 3 * item;
     float* qt = rows + warp * kRowPitch;
@@ -388,9 +381,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       *reinterpret_cast<float4*>(qt + h * kHeadPitch + 4 * lane) =
           ldg4(heavy_qt + it[0] * H * kHeadPitch + h * kHeadPitch + 4 * lane);
     __syncwarp();
-    float4 xr[8];
-    first_chunk<kRegisterWalk>(xr, col, x, it[1], it[2], lane);
-    walk_row<kRegisterWalk, index_t, H>(qt, stage, col, x, it[1], it[2], 0, 0, xr, scale, lane, m, s, acc);
+    load_rows(xr, col, x, it[1], it[2], lane);
+    walk_registers<index_t, H>(qt, stage, col, x, it[1], it[2], 0, 0, xr, scale, lane, m, s, acc);
     float* out = part + item * H * (kF + 4);  // (16-byte aligned for any H)
     for (int h = 0; h < H; ++h) {
       *reinterpret_cast<float4*>(out + h * kF + 4 * lane) =
@@ -403,133 +395,72 @@ __global__ void __launch_bounds__(kThreads, 2)
     return;
   }
 
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTileRows, count = *light_count;
+  if (first >= count) return;  // (the grid is sized for every row; the list is shorter)
+  if (threadIdx.x < kTileRows) {  // -1 past the list's end: only the last tile's trailing rows
+    const int64_t k = first + threadIdx.x;
+    const int64_t row = k < count ? static_cast<int64_t>(light_rows[k]) : -1;
+    tile_rows[threadIdx.x] = row;
+    begins[threadIdx.x] = row >= 0 ? static_cast<int64_t>(rowptr[row]) : 0;
+    ends[threadIdx.x] = row >= 0 ? static_cast<int64_t>(rowptr[row + 1]) : 0;
+  }
+  __syncthreads();
   float* qs = scratch;  // the query tile, [32][kQueryPitch = 132]; the warps' stages after phase 1
   for (int v = threadIdx.x; v < kTileRows * (kHC / 4); v += kThreads) {
     const int d = v / (kHC / 4), c4 = v % (kHC / 4);
-    float4 q = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row0 + d < p.num_dst) q = ldg4(query + (row0 + d) * kHC + 4 * c4);
+    const int64_t row = tile_rows[d];
+    const float4 q = row >= 0 ? ldg4(query + row * kHC + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
     *reinterpret_cast<float4*>(qs + d * kQueryPitch + 4 * c4) = q;
   }
-  for (int d = threadIdx.x; d <= kTileRows; d += kThreads)
-    bounds[d] = row0 + d <= p.num_dst ? static_cast<int64_t>(rowptr[row0 + d]) : 0;
   __syncthreads();
-  if (threadIdx.x < kTileRows * H) {  // the key bias's shift of the direct scores: q_h . b_k,h
+  if (threadIdx.x < kTileRows * H) {
     constexpr int C = kHC / H;
     const int d = threadIdx.x / H, h = threadIdx.x % H;
-    float shift = 0.f;
-    if (p.b_key) {
-      const auto* b_key = static_cast<const float*>(p.b_key);
-      for (int c = 0; c < C; ++c) shift = __fmaf_rn(qs[d * kQueryPitch + h * C + c], __ldg(b_key + h * C + c), shift);
-    }
-    shifts[d * 4 + h] = shift;
+    shifts[d * 4 + h] = p.b_key ? key_shift(qs + d * kQueryPitch + h * C,
+                                            static_cast<const float*>(p.b_key) + h * C, C)
+                                : 0.f;
   }
-  tile_query_t<H>(qs, w_key, rows, kRowPitch, warp, lane);  // phase 1: q~
+  tile_query_t<H>(qs, static_cast<const float*>(p.w_key), rows, kRowPitch, warp, lane);  // phase 1
   __syncthreads();
-  // phase 2: the rows' walks, each row with edges prefetching the next one's first chunk
-  auto flag_of = [&](int d) -> int {
-    if (row0 + d >= p.num_dst) return kOutside;
-    const int64_t len = bounds[d + 1] - bounds[d];
-    return len > p.split.light_max_degree ? kHeavy : len > 0 ? kHasEdges : kEmpty;
-  };
-  float4 xr[8];
+  // phase 2: the rows' walks, each prefetching the next one's first chunk
+  if (tile_rows[warp] >= 0) load_rows(xr, col, x, begins[warp], ends[warp], lane);
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int d = warp + kWarps * i;
-    if (flag_of(d) == kHasEdges) {
-      first_chunk<kRegisterWalk>(xr, col, x, bounds[d], bounds[d + 1], lane);
-      break;
-    }
-  }
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int d = warp + kWarps * i;
-    const int64_t row = row0 + d;
+    const int64_t row = tile_rows[d];
+    if (row < 0) break;  // the rest of the warp's rows are past the list too
+    const bool has_next = i + 1 < kRowsPerWarp && tile_rows[d + kWarps] >= 0;
     float* qt = rows + d * kRowPitch;
-    const int flag = flag_of(d);
-    if (flag == kHasEdges || flag == kEmpty) {
-      int64_t next_begin = 0, next_end = 0;
-      for (int j = i + 1; j < kRowsPerWarp && flag == kHasEdges; ++j) {
-        const int dj = warp + kWarps * j;
-        if (flag_of(dj) == kHasEdges) {
-          next_begin = bounds[dj];
-          next_end = bounds[dj + 1];
-          break;
-        }
-      }
-      // (an empty row's walk runs no chunk: zeros, and xr is left for the next row)
-      walk_row<kRegisterWalk, index_t, H>(qt, stage, col, x, bounds[d], bounds[d + 1], next_begin,
-                                          next_end, xr, scale, lane, m, s, acc);
-      for (int h = 0; h < H; ++h) {
-        const float sum = __fadd_rn(s[h], kEps);
-        *reinterpret_cast<float4*>(qt + h * kF + 4 * lane) =
-            make_float4(acc[h][0] / sum, acc[h][1] / sum, acc[h][2] / sum, acc[h][3] / sum);
-        if (lane == h) {
-          const float m_row = flag == kEmpty ? 0.f : m[h];
-          stats[(row * H + h) * 2] = __fadd_rn(m_row, __fmul_rn(scale, shifts[d * 4 + h]));
-          stats[(row * H + h) * 2 + 1] = sum;
-        }
+    walk_registers<index_t, H>(qt, stage, col, x, begins[d], ends[d],
+                               has_next ? begins[d + kWarps] : 0, has_next ? ends[d + kWarps] : 0,
+                               xr, scale, lane, m, s, acc);
+    for (int h = 0; h < H; ++h) {
+      const float sum = __fadd_rn(s[h], kEps);
+      *reinterpret_cast<float4*>(qt + h * kF + 4 * lane) =
+          make_float4(acc[h][0] / sum, acc[h][1] / sum, acc[h][2] / sum, acc[h][3] / sum);
+      if (lane == h) {
+        stats[(row * H + h) * 2] = __fadd_rn(m[h], __fmul_rn(scale, shifts[d * 4 + h]));
+        stats[(row * H + h) * 2 + 1] = sum;
       }
     }
-    if (lane == 0) flags[d] = flag;
   }
   __syncthreads();
-  {  // phase 3: out = W_v x~ (+ b_v) (+ residual)
-    constexpr int C = kHC / H;
-    const int dg = lane >> 2, o0 = 16 * warp + 4 * (lane & 3), h = o0 / C;
-    const auto* w_value_t = static_cast<const float*>(p.w_value_t);
-    float a[4][4] = {};
-#pragma unroll 2
-    for (int f = 0; f < kF; f += 4) {
-      float4 w[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) w[k] = ldg4(w_value_t + (f + k) * kHC + o0);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float4 xv = *reinterpret_cast<const float4*>(rows + (dg + 8 * i) * kRowPitch + h * kF + f);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float xk = get(xv, k);
-          a[i][0] = __fmaf_rn(xk, w[k].x, a[i][0]);
-          a[i][1] = __fmaf_rn(xk, w[k].y, a[i][1]);
-          a[i][2] = __fmaf_rn(xk, w[k].z, a[i][2]);
-          a[i][3] = __fmaf_rn(xk, w[k].w, a[i][3]);
-        }
-      }
-    }
-    const float4 bias = p.b_value ? ldg4(static_cast<const float*>(p.b_value) + o0)
-                                  : make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < 4; ++i) {
-      const int d = dg + 8 * i;
-      const int flag = flags[d];
-      if (flag == kHeavy || flag == kOutside) continue;
-      const int64_t row = row0 + d;
-      float4 v = make_float4(a[i][0], a[i][1], a[i][2], a[i][3]);
-      if (flag == kHasEdges && p.b_value) {
-        v.x = __fadd_rn(v.x, bias.x);
-        v.y = __fadd_rn(v.y, bias.y);
-        v.z = __fadd_rn(v.z, bias.z);
-        v.w = __fadd_rn(v.w, bias.w);
-      }
-      if (p.residual) {
-        const float4 res = ldg4(static_cast<const float*>(p.residual) + row * kHC + o0);
-        v.x = __fadd_rn(res.x, v.x);
-        v.y = __fadd_rn(res.y, v.y);
-        v.z = __fadd_rn(res.z, v.z);
-        v.w = __fadd_rn(res.w, v.w);
-      }
-      *reinterpret_cast<float4*>(static_cast<float*>(p.out) + row * kHC + o0) = v;
-    }
+  float a[4][4];  // phase 3: out = W_v x~ (+ b_v) (+ residual)
+  tile_value<H>(rows, static_cast<const float*>(p.w_value_t), warp, lane, a);
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = tile_rows[(lane >> 2) + 8 * i];
+    if (row >= 0) store_out(p, row, 16 * warp + 4 * (lane & 3), a[i]);
   }
 }
 
-// A heavy row's items merged, then W_v: one block of 8 warps a heavy row. Pass 1: each head's max
-// over the items (lanes and warps over items, a fixed tree). Pass 2: warp w sums items w, w + 8,
-// ... in order, lane l features 4 l .. 4 l + 3 of every head, each item rescaled by exp(m_i - M);
-// the 8 warps' sums are added in warp order. Then thread t < 128 forms output t.
-__global__ void __launch_bounds__(kMergeThreads) merge_kernel(TransformerFusedParams p, const float* part) {
+// A heavy row's items merged into its x~ (heavy_xt, [heavy index][H x kF]) and stats: one block
+// of 8 warps a heavy row. Pass 1: each head's max over the items (lanes and warps over items, a
+// fixed tree). Pass 2: warp w sums items w, w + 8, ... in order, lane l features 4 l .. 4 l + 3
+// of every head, each item rescaled by exp(m_i - M); the 8 warps' sums are added in warp order.
+__global__ void __launch_bounds__(kMergeThreads)
+    merge_kernel(TransformerFusedParams p, const float* part, float* heavy_xt) {
   constexpr int kMergeWarps = kMergeThreads / 32;
   __shared__ float4 sums[kMergeWarps][4][32];
   __shared__ float tails[kMergeWarps][4][2];  // per warp and head: (max, then sum)
-  __shared__ float xt[4 * kF];
   const int64_t hr = blockIdx.x, row = p.split.heavy_rows[hr];
   const int64_t i0 = p.split.item_offsets[hr], i1 = p.split.item_offsets[hr + 1];
   const int H = static_cast<int>(p.heads), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -581,51 +512,112 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(TransformerFusedPa
         s_all = __fadd_rn(s_all, tails[w][h][1]);
       }
       s_all = __fadd_rn(s_all, kEps);
-      xt[h * kF + t] = a / s_all;
+      heavy_xt[(hr * H + h) * kF + t] = a / s_all;
       if (t == 0) {
-        float shift = 0.f;  // the key bias's shift of the direct scores: q_h . b_k,h
-        if (p.b_key) {
-          const int C = kHC / H;
-          const auto* q = static_cast<const float*>(p.query) + row * kHC + h * C;
-          for (int c = 0; c < C; ++c)
-            shift = __fmaf_rn(q[c], static_cast<const float*>(p.b_key)[h * C + c], shift);
-        }
+        const int C = kHC / H;
+        const float shift = p.b_key ? key_shift(static_cast<const float*>(p.query) + row * kHC + h * C,
+                                                static_cast<const float*>(p.b_key) + h * C, C)
+                                    : 0.f;
         stats[(row * H + h) * 2] = __fadd_rn(M[h], __fmul_rn(static_cast<float>(p.scale), shift));
         stats[(row * H + h) * 2 + 1] = s_all;
       }
     }
   }
+}
+
+// out of 32 heavy rows a block: W_v x~ (+ b_v) (+ residual), x~ from merge_kernel.
+template <int H>
+__global__ void __launch_bounds__(kThreads) heavy_value_kernel(TransformerFusedParams p, const float* heavy_xt) {
+  extern __shared__ float4 smem4[];
+  float* rows = reinterpret_cast<float*>(smem4);
+  const int64_t hr0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  for (int v = threadIdx.x; v < kTileRows * H * (kF / 4); v += kThreads) {
+    const int d = v / (H * kF / 4), f4 = v % (H * kF / 4);
+    const float4 xv = hr0 + d < p.split.num_heavy ? ldg4(heavy_xt + (hr0 + d) * H * kF + 4 * f4)
+                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<float4*>(rows + d * kRowPitch + 4 * f4) = xv;
+  }
   __syncthreads();
-  if (threadIdx.x >= kHC) return;
-  const int t = threadIdx.x, C = kHC / H, h = t / C;
-  const auto* w_value_t = static_cast<const float*>(p.w_value_t);
-  float v = 0.f;
-  for (int f = 0; f < kF; ++f) v = __fmaf_rn(xt[h * kF + f], __ldg(w_value_t + f * kHC + t), v);
-  if (p.b_value) v = __fadd_rn(v, static_cast<const float*>(p.b_value)[t]);
-  if (p.residual) v = __fadd_rn(static_cast<const float*>(p.residual)[row * kHC + t], v);
-  static_cast<float*>(p.out)[row * kHC + t] = v;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float a[4][4];
+  tile_value<H>(rows, static_cast<const float*>(p.w_value_t), warp, lane, a);
+  for (int i = 0; i < 4; ++i) {
+    const int64_t hr = hr0 + (lane >> 2) + 8 * i;
+    if (hr < p.split.num_heavy) store_out(p, p.split.heavy_rows[hr], 16 * warp + 4 * (lane & 3), a[i]);
+  }
 }
 
 bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Workspace: [item partials: num_items x H x (kF + 4) | heavy rows' q~, then x~: num_heavy (to
+// 32) x H x kF] floats, then 256-byte aligned: [item offsets | light rows | their count | CUB's
+// select temp].
+struct Workspace {
+  size_t heavy_rows_at, item_offsets_at, light_rows_at, count_at, temp_at, temp_bytes, bytes;
+};
+
+Workspace workspace_of(const TransformerFusedParams& p) {
+  Workspace w{};
+  const int64_t heavy_rows = (p.split.num_heavy + kTileRows - 1) / kTileRows * kTileRows;
+  w.heavy_rows_at = static_cast<size_t>(p.split.num_items) * p.heads * (kF + 4) * sizeof(float);
+  w.item_offsets_at =
+      align256(w.heavy_rows_at + static_cast<size_t>(heavy_rows) * p.heads * kHeadPitch * sizeof(float));
+  w.light_rows_at = align256(w.item_offsets_at + item_offsets_bytes(p.split));
+  const bool int32 = p.index_type == IndexType::kInt32;
+  w.count_at = align256(w.light_rows_at + p.num_dst * (int32 ? sizeof(int32_t) : sizeof(int64_t)));
+  w.temp_at = align256(w.count_at + sizeof(int64_t));
+  w.temp_bytes = p.num_dst == 0 ? 0
+                 : int32        ? select_temp_bytes<int32_t>(p.num_dst)
+                                : select_temp_bytes<int64_t>(p.num_dst);
+  w.bytes = w.temp_at + w.temp_bytes;
+  return w;
+}
+
 template <typename index_t, int H>
-void launch(const TransformerFusedParams& p, float* part, float* heavy_qt, cudaStream_t s) {
-  auto kernel = p.register_walk ? fused_kernel<true, index_t, H> : fused_kernel<false, index_t, H>;
+void launch(const TransformerFusedParams& p, const Workspace& w, char* ws, cudaStream_t s) {
+  auto* part = reinterpret_cast<float*>(ws);
+  auto* heavy_rows_buf = reinterpret_cast<float*>(ws + w.heavy_rows_at);
+  auto* light_rows = reinterpret_cast<index_t*>(ws + w.light_rows_at);
+  auto* light_count = reinterpret_cast<int64_t*>(ws + w.count_at);
+  size_t temp_bytes = w.temp_bytes;
+  GNNIO_CUDA_CHECK(cub::DeviceSelect::If(
+      ws + w.temp_at, temp_bytes, thrust::counting_iterator<index_t>(0), light_rows, light_count,
+      p.num_dst, LightRowWithEdges<index_t>{static_cast<const index_t*>(p.rowptr), p.split.light_max_degree},
+      s));
+  const int64_t warps_per_block = kThreads / 32;
+  empty_rows_kernel<index_t, H><<<static_cast<unsigned>((p.num_dst + warps_per_block - 1) / warps_per_block),
+                                  kThreads, 0, s>>>(p);
+  GNNIO_CUDA_CHECK(cudaGetLastError());
+  const int64_t heavy_blocks = (p.split.num_heavy + kTileRows - 1) / kTileRows;
+  if (p.split.num_heavy > 0) {
+    heavy_query_kernel<H><<<static_cast<unsigned>(heavy_blocks), kThreads, 0, s>>>(p, heavy_rows_buf);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+  }
+  auto kernel = fused_kernel<index_t, H>;
   GNNIO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmemBytes)));
-  // Two blocks an SM need 2 x 110 KB of its 228: ask for the largest shared-memory carveout
+  // Two blocks an SM need 2 x 92 KB of its 228: ask for the largest shared-memory carveout
   // (the driver may otherwise pick one that holds a single block).
   GNNIO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
-  const int64_t tiles = (p.num_dst + kTileRows - 1) / kTileRows;
+  // Tiles for every row that could be listed (the count is on the device): blocks past the
+  // list's tiles return at once.
+  const int64_t tile_blocks = (p.num_dst + kTileRows - 1) / kTileRows;
   const int64_t item_blocks = (p.split.num_items + kWarps - 1) / kWarps;
+  kernel<<<static_cast<unsigned>(tile_blocks + item_blocks), kThreads, kSmemBytes, s>>>(
+      p, tile_blocks, light_rows, light_count, part, heavy_rows_buf);
+  GNNIO_CUDA_CHECK(cudaGetLastError());
   if (p.split.num_heavy > 0) {
-    heavy_query_kernel<H><<<static_cast<unsigned>((p.split.num_heavy + kTileRows - 1) / kTileRows),
-                            kThreads, 0, s>>>(p, heavy_qt);
+    merge_kernel<<<static_cast<unsigned>(p.split.num_heavy), kMergeThreads, 0, s>>>(p, part, heavy_rows_buf);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+    GNNIO_CUDA_CHECK(cudaFuncSetAttribute(heavy_value_kernel<H>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kValueSmemBytes)));
+    heavy_value_kernel<H><<<static_cast<unsigned>(heavy_blocks), kThreads, kValueSmemBytes, s>>>(
+        p, heavy_rows_buf);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   }
-  kernel<<<static_cast<unsigned>(tiles + item_blocks), kThreads, kSmemBytes, s>>>(p, tiles, part, heavy_qt);
-  GNNIO_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
@@ -639,33 +631,27 @@ bool transformer_fused_cuda_supported(const TransformerFusedParams& p) {
 }
 
 size_t transformer_fused_cuda_workspace_bytes(const TransformerFusedParams& p) {
-  const int64_t heavy_rows = (p.split.num_heavy + kTileRows - 1) / kTileRows * kTileRows;
-  return (static_cast<size_t>(p.split.num_items) * p.heads * (kF + 4) +
-          static_cast<size_t>(heavy_rows) * p.heads * kHeadPitch) * sizeof(float);
+  return workspace_of(p).bytes;
 }
 
 void transformer_fused_forward_cuda(const TransformerFusedParams& p, void* workspace, void* stream) {
   GNNIO_CHECK(transformer_fused_cuda_supported(p), ErrorKind::kInvalidArgument,
               "transformer_fused_forward on CUDA takes float32, 128 features, heads x channels = "
               "128 with 1, 2 or 4 heads, and 16-byte aligned operands");
-  GNNIO_CHECK(p.split.num_heavy == 0 || p.split.item_offsets, ErrorKind::kInvalidArgument,
-              "transformer_fused_forward: heavy rows need their item offsets");
   if (p.num_dst == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  auto* part = static_cast<float*>(workspace);
-  float* heavy_qt = part + p.split.num_items * p.heads * (kF + 4);
+  auto* ws = static_cast<char*>(workspace);
+  const Workspace w = workspace_of(p);
+  TransformerFusedParams q = p;
+  fill_item_offsets(q.split, ws + w.item_offsets_at, s);
   auto run = [&](auto index) {
     using index_t = decltype(index);
-    if (p.heads == 1) launch<index_t, 1>(p, part, heavy_qt, s);
-    else if (p.heads == 2) launch<index_t, 2>(p, part, heavy_qt, s);
-    else launch<index_t, 4>(p, part, heavy_qt, s);
+    if (q.heads == 1) launch<index_t, 1>(q, w, ws, s);
+    else if (q.heads == 2) launch<index_t, 2>(q, w, ws, s);
+    else launch<index_t, 4>(q, w, ws, s);
   };
-  if (p.index_type == IndexType::kInt32) run(int32_t{});
+  if (q.index_type == IndexType::kInt32) run(int32_t{});
   else run(int64_t{});
-  if (p.split.num_heavy > 0) {
-    merge_kernel<<<static_cast<unsigned>(p.split.num_heavy), kMergeThreads, 0, s>>>(p, part);
-    GNNIO_CUDA_CHECK(cudaGetLastError());
-  }
 }
 
 }  // namespace gnnio

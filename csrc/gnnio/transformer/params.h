@@ -17,7 +17,8 @@
 //
 // The order of the sums (what the CPU kernel follows): q~ over c ascending; a score as four
 // partial sums, quarter g of the features f with (f / 4) % 4 == g (each in order), added
-// (q0 + q1) + (q2 + q3); a row
+// (q0 + q1) + (q2 + q3) (CUDA sums a score otherwise: 32 partial sums of 4 features each, over
+// 4 l .. 4 l + 3, added as a butterfly tree over the lanes; cuda.cu walk_registers); a row
 // walked in chunks of kTransformerChunk slots, each chunk's max taken first, the running sum and
 // x~ rescaled by exp(m_old - m_new) once per chunk; x~ accumulated slot by slot; the running sum
 // kept per position in the chunk and added at the end as a tree ((s0 + s1) + (s2 + s3)) + ...;
@@ -62,11 +63,8 @@ struct TransformerFusedParams {
   void* out = nullptr;    // [num_dst, H * C]
   void* stats = nullptr;  // [num_dst, H, 2]: (m + scale q . b_k, s), as the direct form's graph_attention's
 
-  RowSplit split;  // CUDA: heavy rows walked in items (item_offsets: [num_heavy + 1], required)
-  // CUDA: the walk with a lane's features of every slot in registers (cuda.cu walk_registers;
-  // GNNIO_FUSED_WALK=registers, set by the binding; not yet run on a GPU) instead of a lane's
-  // quarter of one slot's row staged through shared memory (the measured default).
-  bool register_walk = false;
+  // CUDA: heavy rows walked in items (item_offsets is filled by the launcher, in its workspace)
+  RowSplit split;
 };
 
 void transformer_fused_forward_cpu(const TransformerFusedParams& p);
@@ -75,7 +73,8 @@ void transformer_fused_forward_cpu(const TransformerFusedParams& p);
 // Whether the CUDA kernel takes these operands: float32, F = H x C = 128, 1, 2 or 4 heads, every
 // pointer 16-byte aligned. The layer falls back to the unfused forms otherwise.
 bool transformer_fused_cuda_supported(const TransformerFusedParams& p);
-// Workspace: the heavy rows' item partials (H x (F + 4) floats an item).
+// Workspace: the heavy rows' item partials, their q~ and x~, the item offsets, the list of light
+// rows with edges and CUB's select storage (cuda.cu, Workspace).
 size_t transformer_fused_cuda_workspace_bytes(const TransformerFusedParams& p);
 void transformer_fused_forward_cuda(const TransformerFusedParams& p, void* workspace, void* stream);
 #endif

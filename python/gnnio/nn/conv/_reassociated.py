@@ -37,12 +37,9 @@ def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, b_key: Op
     """gnnio::transformer_fused_forward with the planner's split (CUDA): (out [N_dst, H, C],
     stats [N_dst, H, 2], their max shifted by the key bias's term as the direct form's)."""
     fwd = graph.csr_by_dst
-    split = (None, None, None, 2**62)
+    split = (None, None, 2**62)
     if plan is not None and plan.heavy_rows is not None:
-        items = plan.heavy_items
-        offsets = graph._cached(("transformer_item_offsets", plan.light_max_degree), lambda: torch.searchsorted(
-            items[:, 0].contiguous(), torch.arange(plan.heavy_rows.numel() + 1, device=items.device)))
-        split = (plan.heavy_rows, items, offsets, plan.light_max_degree)
+        split = (plan.heavy_rows, plan.heavy_items, plan.light_max_degree)
     return _ops.transformer_fused_forward(
         fwd.rowptr, fwd.col, x_src.contiguous(), query, w_key.contiguous(),
         w_value.t().contiguous(), b_value, None if residual is None else residual.contiguous(),
