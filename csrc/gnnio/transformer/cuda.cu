@@ -19,9 +19,9 @@
 //      outputs [16w, 16w + 16), a lane 4 of them for 4 rows (tile_value).
 // Blocks past the tiles take heavy rows' items (one warp an item: q~ of its row from
 // heavy_query_kernel, the same walk, a partial (m, s, x~ unnormalised) per head); merge_kernel
-// combines a heavy row's items (warp w items w, w + 8, ... in order, then the warps in order)
-// into x~, and heavy_value_kernel applies W_v to 32 heavy rows a block (tile_value: W_v read
-// once a block, not once a heavy row).
+// combines a heavy row's items per head into x~ (16-lane groups online, then the groups in
+// order), and heavy_value_kernel applies W_v to 32 heavy rows a block (tile_value: W_v read once
+// a block, not once a heavy row).
 #include <cuda_runtime.h>
 #include <thrust/iterator/counting_iterator.h>
 
@@ -243,11 +243,24 @@ __global__ void __launch_bounds__(kThreads) heavy_query_kernel(TransformerFusedP
 }
 
 
-// The key bias's shift of head h's direct scores, q_h . b_k,h (c ascending): the softmax drops
-// it, the stats' max carries it (params.h).
-__device__ inline float key_shift(const float* q, const float* __restrict__ b_key, int channels) {
+// The key bias's shift of head h's direct scores, q_h . b_k,h (c ascending, C = its channels):
+// the softmax drops it, the stats' max carries it (params.h). Loads 16 at a time ahead of their
+// FMA chain (a loop of dependent loads made the empty rows' kernel 0.35 ms on an H100).
+template <int C>
+__device__ inline float key_shift(const float* q, const float* __restrict__ b_key) {
+  static_assert(C % 16 == 0, "channels in batches of 16");
   float shift = 0.f;
-  for (int c = 0; c < channels; ++c) shift = __fmaf_rn(q[c], __ldg(b_key + c), shift);
+#pragma unroll
+  for (int c0 = 0; c0 < C; c0 += 16) {
+    float qv[16], bv[16];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      qv[c] = q[c0 + c];
+      bv[c] = __ldg(b_key + c0 + c);
+    }
+#pragma unroll
+    for (int c = 0; c < 16; ++c) shift = __fmaf_rn(qv[c], bv[c], shift);
+  }
   return shift;
 }
 
@@ -321,8 +334,8 @@ __global__ void __launch_bounds__(kThreads) empty_rows_kernel(TransformerFusedPa
   *reinterpret_cast<float4*>(static_cast<float*>(p.out) + row * kHC + 4 * lane) = v;
   if (lane < H) {
     constexpr int C = kHC / H;
-    const float shift = p.b_key ? key_shift(static_cast<const float*>(p.query) + row * kHC + lane * C,
-                                            static_cast<const float*>(p.b_key) + lane * C, C)
+    const float shift = p.b_key ? key_shift<C>(static_cast<const float*>(p.query) + row * kHC + lane * C,
+                                               static_cast<const float*>(p.b_key) + lane * C)
                                 : 0.f;
     auto* stats = static_cast<float*>(p.stats);
     stats[(row * H + lane) * 2] = __fadd_rn(0.f, __fmul_rn(static_cast<float>(p.scale), shift));
@@ -416,8 +429,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (threadIdx.x < kTileRows * H) {
     constexpr int C = kHC / H;
     const int d = threadIdx.x / H, h = threadIdx.x % H;
-    shifts[d * 4 + h] = p.b_key ? key_shift(qs + d * kQueryPitch + h * C,
-                                            static_cast<const float*>(p.b_key) + h * C, C)
+    shifts[d * 4 + h] = p.b_key ? key_shift<C>(qs + d * kQueryPitch + h * C,
+                                               static_cast<const float*>(p.b_key) + h * C)
                                 : 0.f;
   }
   tile_query_t<H>(qs, static_cast<const float*>(p.w_key), rows, kRowPitch, warp, lane);  // phase 1
@@ -453,75 +466,81 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // A heavy row's items merged into its x~ (heavy_xt, [heavy index][H x kF]) and stats: one block
-// of 8 warps a heavy row. Pass 1: each head's max over the items (lanes and warps over items, a
-// fixed tree). Pass 2: warp w sums items w, w + 8, ... in order, lane l features 4 l .. 4 l + 3
-// of every head, each item rescaled by exp(m_i - M); the 8 warps' sums are added in warp order.
+// of 256 threads per (heavy row, head), as the direct form's merge (attention/cuda_forward.cu):
+// group g (16 lanes, lane l features 8 l .. 8 l + 7) merges items g, g + 16, ... online (the
+// running max, the sum and x~ rescaled per item, loads kMergeBatch items ahead), then thread t
+// merges the 16 groups' feature t in group order. A fixed tree: the result does not depend on
+// scheduling, and a 2M-slot row's 16K items are merged by 64 groups (v21's 8 warps a row over
+// all heads took 0.54 ms, most of it the hub's block).
+template <int H>
 __global__ void __launch_bounds__(kMergeThreads)
     merge_kernel(TransformerFusedParams p, const float* part, float* heavy_xt) {
-  constexpr int kMergeWarps = kMergeThreads / 32;
-  __shared__ float4 sums[kMergeWarps][4][32];
-  __shared__ float tails[kMergeWarps][4][2];  // per warp and head: (max, then sum)
-  const int64_t hr = blockIdx.x, row = p.split.heavy_rows[hr];
-  const int64_t i0 = p.split.item_offsets[hr], i1 = p.split.item_offsets[hr + 1];
-  const int H = static_cast<int>(p.heads), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t item_floats = H * (kF + 4);
-  auto* stats = static_cast<float*>(p.stats);
-  for (int h = 0; h < H; ++h) {
-    float m = -INFINITY;
-    for (int64_t it = i0 + threadIdx.x; it < i1; it += kMergeThreads)
-      m = fmaxf(m, part[it * item_floats + H * kF + 2 * h]);
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0) tails[warp][h][0] = m;
-  }
-  __syncthreads();
-  float M[4];
-  for (int h = 0; h < H; ++h) {
-    M[h] = tails[0][h][0];
-    for (int w = 1; w < kMergeWarps; ++w) M[h] = fmaxf(M[h], tails[w][h][0]);
-  }
-  float4 acc[4];
-  float sum[4];
-  for (int h = 0; h < H; ++h) {
-    acc[h] = make_float4(0.f, 0.f, 0.f, 0.f);
-    sum[h] = 0.f;
-  }
-#pragma unroll 4
-  for (int64_t it = i0 + warp; it < i1; it += kMergeWarps) {
-    const float* pi = part + it * item_floats;
-    for (int h = 0; h < H; ++h) {
-      const float r = expf(pi[H * kF + 2 * h] - M[h]);
-      const float4 a = *reinterpret_cast<const float4*>(pi + h * kF + 4 * lane);
-      sum[h] = __fadd_rn(sum[h], __fmul_rn(pi[H * kF + 2 * h + 1], r));
-      acc[h].x = __fadd_rn(acc[h].x, __fmul_rn(a.x, r));
-      acc[h].y = __fadd_rn(acc[h].y, __fmul_rn(a.y, r));
-      acc[h].z = __fadd_rn(acc[h].z, __fmul_rn(a.z, r));
-      acc[h].w = __fadd_rn(acc[h].w, __fmul_rn(a.w, r));
+  constexpr int kLanes = 16, kGroups = kMergeThreads / kLanes, kBatch = 4;
+  constexpr int64_t kItemFloats = H * (kF + 4);
+  __shared__ float4 group_acc[kGroups][kF / 4];
+  __shared__ float group_m[kGroups], group_s[kGroups];
+  const int64_t hr = blockIdx.x / H;
+  const int h = blockIdx.x % H, g = threadIdx.x / kLanes, l = threadIdx.x % kLanes;
+  const int64_t first = p.split.item_offsets[hr], last = p.split.item_offsets[hr + 1];
+  float M = -INFINITY, S = 0.f;
+  float4 acc[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
+  for (int64_t it0 = first + g; it0 < last; it0 += kBatch * kGroups) {
+    float mb[kBatch], sb[kBatch];
+    float4 ab[kBatch][2];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {  // loads first (past the end: the first item again)
+      const int64_t it = it0 + int64_t(u) * kGroups;
+      const float* pi = part + (it < last ? it : first) * kItemFloats;
+      mb[u] = pi[H * kF + 2 * h];
+      sb[u] = pi[H * kF + 2 * h + 1];
+      ab[u][0] = *reinterpret_cast<const float4*>(pi + h * kF + 8 * l);
+      ab[u][1] = *reinterpret_cast<const float4*>(pi + h * kF + 8 * l + 4);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (it0 + int64_t(u) * kGroups >= last) break;
+      const float m_new = fmaxf(M, mb[u]);  // finite: an item has slots
+      const float r_old = expf(M - m_new), r = expf(mb[u] - m_new);
+      S = __fadd_rn(__fmul_rn(S, r_old), __fmul_rn(sb[u], r));
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        acc[k].x = __fadd_rn(__fmul_rn(acc[k].x, r_old), __fmul_rn(ab[u][k].x, r));
+        acc[k].y = __fadd_rn(__fmul_rn(acc[k].y, r_old), __fmul_rn(ab[u][k].y, r));
+        acc[k].z = __fadd_rn(__fmul_rn(acc[k].z, r_old), __fmul_rn(ab[u][k].z, r));
+        acc[k].w = __fadd_rn(__fmul_rn(acc[k].w, r_old), __fmul_rn(ab[u][k].w, r));
+      }
+      M = m_new;
     }
   }
-  for (int h = 0; h < H; ++h) {
-    sums[warp][h][lane] = acc[h];
-    if (lane == 0) tails[warp][h][1] = sum[h];
+  group_acc[g][2 * l] = acc[0];
+  group_acc[g][2 * l + 1] = acc[1];
+  if (l == 0) {
+    group_m[g] = M;
+    group_s[g] = S;
   }
   __syncthreads();
-  if (threadIdx.x < kHC) {  // thread t: feature t of every head (a float of lane t / 4's float4)
-    const int t = threadIdx.x;
-    for (int h = 0; h < H; ++h) {
-      float a = 0.f, s_all = 0.f;
-      for (int w = 0; w < kMergeWarps; ++w) {
-        a = __fadd_rn(a, reinterpret_cast<const float*>(&sums[w][h][t >> 2])[t & 3]);
-        s_all = __fadd_rn(s_all, tails[w][h][1]);
-      }
-      s_all = __fadd_rn(s_all, kEps);
-      heavy_xt[(hr * H + h) * kF + t] = a / s_all;
-      if (t == 0) {
-        const int C = kHC / H;
-        const float shift = p.b_key ? key_shift(static_cast<const float*>(p.query) + row * kHC + h * C,
-                                                static_cast<const float*>(p.b_key) + h * C, C)
-                                    : 0.f;
-        stats[(row * H + h) * 2] = __fadd_rn(M[h], __fmul_rn(static_cast<float>(p.scale), shift));
-        stats[(row * H + h) * 2 + 1] = s_all;
-      }
-    }
+  if (threadIdx.x >= kF) return;
+  const int t = threadIdx.x;
+  float m_row = -INFINITY;
+  for (int w = 0; w < kGroups; ++w) m_row = fmaxf(m_row, group_m[w]);
+  float a = 0.f, s_row = 0.f;
+  for (int w = 0; w < kGroups; ++w) {
+    if (group_m[w] == -INFINITY) continue;  // a group without items
+    const float r = expf(group_m[w] - m_row);
+    s_row = __fadd_rn(s_row, __fmul_rn(group_s[w], r));
+    a = __fadd_rn(a, __fmul_rn(reinterpret_cast<const float*>(group_acc[w])[t], r));
+  }
+  s_row = __fadd_rn(s_row, kEps);
+  heavy_xt[(hr * H + h) * kF + t] = a / s_row;
+  if (t == 0) {
+    constexpr int C = kHC / H;
+    const int64_t row = p.split.heavy_rows[hr];
+    const float shift = p.b_key ? key_shift<C>(static_cast<const float*>(p.query) + row * kHC + h * C,
+                                               static_cast<const float*>(p.b_key) + h * C)
+                                : 0.f;
+    auto* stats = static_cast<float*>(p.stats);
+    stats[(row * H + h) * 2] = __fadd_rn(m_row, __fmul_rn(static_cast<float>(p.scale), shift));
+    stats[(row * H + h) * 2 + 1] = s_row;
   }
 }
 
@@ -610,7 +629,7 @@ void launch(const TransformerFusedParams& p, const Workspace& w, char* ws, cudaS
       p, tile_blocks, light_rows, light_count, part, heavy_rows_buf);
   GNNIO_CUDA_CHECK(cudaGetLastError());
   if (p.split.num_heavy > 0) {
-    merge_kernel<<<static_cast<unsigned>(p.split.num_heavy), kMergeThreads, 0, s>>>(p, part, heavy_rows_buf);
+    merge_kernel<H><<<static_cast<unsigned>(p.split.num_heavy * H), kMergeThreads, 0, s>>>(p, part, heavy_rows_buf);
     GNNIO_CUDA_CHECK(cudaGetLastError());
     GNNIO_CUDA_CHECK(cudaFuncSetAttribute(heavy_value_kernel<H>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kValueSmemBytes)));

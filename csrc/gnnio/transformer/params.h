@@ -23,9 +23,10 @@
 // x~ rescaled by exp(m_old - m_new) once per chunk; x~ accumulated slot by slot; the running sum
 // kept per position in the chunk and added at the end as a tree ((s0 + s1) + (s2 + s3)) + ...;
 // out over f ascending. Heavy rows (CUDA, RowSplit) are walked in items (each item's chunks start
-// at its first slot) whose partials are merged in a fixed order that is not item order: merge
-// warp w adds items w, w + 8, w + 16, ... in order, then the 8 warps' sums are added in warp
-// order (merge_kernel); the CPU kernel walks a heavy row whole, so its sums are ordered otherwise.
+// at its first slot) whose partials are merged per head in a fixed order that is not item order:
+// merge group g merges items g, g + 16, g + 32, ... online (each item rescaled to the running
+// max), then the 16 groups' results are added in group order (merge_kernel); the CPU kernel
+// walks a heavy row whole, so its sums are ordered otherwise.
 #pragma once
 
 #include <cstdint>
