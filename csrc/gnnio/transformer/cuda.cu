@@ -11,7 +11,8 @@
 //   1. q~ = W_k,h^T q_h for the tile's rows: warp w owns features [16w, 16w + 16), a lane 4 of
 //      them for 4 rows (dg, dg + 8, dg + 16, dg + 24): each W_k load feeds 16 FFMA, and each
 //      block reads W_k once (64 KB, from L2).
-//   2. Each warp walks 4 rows, kTransformerChunk slots at a time (walk_registers): lane l holds
+//   2. The warps walk the tile's rows longest first, each taking the next row when done with
+//      one, kTransformerChunk slots at a time (walk_registers): lane l holds
 //      features 4 l .. 4 l + 3 of q~ and of each of the chunk's slots, so x_j is read from
 //      memory once per edge for all heads and nothing is staged; the next chunk's loads are
 //      issued before the chunk's sums.
@@ -37,7 +38,6 @@ namespace {
 
 constexpr int kF = 128, kHC = 128;
 constexpr int kTileRows = 32, kThreads = 256, kWarps = kThreads / 32;
-constexpr int kRowsPerWarp = kTileRows / kWarps;
 constexpr int kChunk = kTransformerChunk;
 // q~ of a row, per head (128 floats), then x~ in the same place.
 constexpr int kHeadPitch = kF;
@@ -48,10 +48,12 @@ constexpr int kWarpStage = kChunk * 4;  // a warp's chunk weights, [slot][head]
 constexpr int kRowFloats = kTileRows * kRowPitch;
 constexpr int kScratchFloats =
     kWarps * kWarpStage > kTileRows * kQueryPitch ? kWarps * kWarpStage : kTileRows * kQueryPitch;
-// Then the tile's rows (int64, kTileRows: -1 past the list), their slot bounds (2 x kTileRows)
-// and the key bias's shift of each row's max (kTileRows x 4 floats).
+// Then the tile's rows (int64, kTileRows: -1 past the list), their slot bounds (2 x kTileRows),
+// the key bias's shift of each row's max (kTileRows x 4 floats), the rows by decreasing degree
+// and the walk's next position in that order (ints).
 constexpr size_t kSmemBytes = (kRowFloats + kScratchFloats) * sizeof(float) +
-                              3 * kTileRows * sizeof(int64_t) + kTileRows * 4 * sizeof(float);
+                              3 * kTileRows * sizeof(int64_t) + kTileRows * 4 * sizeof(float) +
+                              (kTileRows + 1) * sizeof(int);
 // heavy_value_kernel: x~ of 32 heavy rows at kRowPitch.
 constexpr size_t kValueSmemBytes = kRowFloats * sizeof(float);
 constexpr float kEps = 1e-16f;
@@ -316,30 +318,40 @@ __device__ inline void store_out(const TransformerFusedParams& p, int64_t row, i
   *reinterpret_cast<float4*>(static_cast<float*>(p.out) + row * kHC + o0) = v;
 }
 
-// Rows without edges, one warp a row: out = residual + 0 (or 0: the attention of no edges, no
-// b_v), stats = (scale q . b_k, 1e-16), as the tile's walk of no slots would give.
+// Rows without edges: out = residual + 0 (or 0: the attention of no edges, no b_v), stats =
+// (scale q . b_k, 1e-16), as a walk of no slots would give. A warp takes 32 rows: lane i finds
+// whether row base + i is empty (one load of rowptr for the warp) and forms its stats, then the
+// warp writes the empty rows' outputs one after another (a warp a row was 0.35 ms on an H100:
+// 10^6 warps, each a few dependent memory latencies).
 template <typename index_t, int H>
 __global__ void __launch_bounds__(kThreads) empty_rows_kernel(TransformerFusedParams p) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  constexpr int C = kHC / H;
   const int lane = threadIdx.x & 31;
-  if (row >= p.num_dst) return;
+  const int64_t base = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) - lane;
+  const int64_t mine = base + lane;
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
-  if (rowptr[row + 1] != rowptr[row]) return;
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (p.residual) {
-    const float4 res = ldg4(static_cast<const float*>(p.residual) + row * kHC + 4 * lane);
-    v = make_float4(__fadd_rn(res.x, 0.f), __fadd_rn(res.y, 0.f), __fadd_rn(res.z, 0.f),
-                    __fadd_rn(res.w, 0.f));
-  }
-  *reinterpret_cast<float4*>(static_cast<float*>(p.out) + row * kHC + 4 * lane) = v;
-  if (lane < H) {
-    constexpr int C = kHC / H;
-    const float shift = p.b_key ? key_shift<C>(static_cast<const float*>(p.query) + row * kHC + lane * C,
-                                               static_cast<const float*>(p.b_key) + lane * C)
-                                : 0.f;
+  const bool empty = mine < p.num_dst && rowptr[mine + 1] == rowptr[mine];
+  unsigned todo = __ballot_sync(0xffffffffu, empty);
+  if (empty) {
     auto* stats = static_cast<float*>(p.stats);
-    stats[(row * H + lane) * 2] = __fadd_rn(0.f, __fmul_rn(static_cast<float>(p.scale), shift));
-    stats[(row * H + lane) * 2 + 1] = __fadd_rn(0.f, kEps);
+    for (int h = 0; h < H; ++h) {
+      const float shift = p.b_key ? key_shift<C>(static_cast<const float*>(p.query) + mine * kHC + h * C,
+                                                 static_cast<const float*>(p.b_key) + h * C)
+                                  : 0.f;
+      stats[(mine * H + h) * 2] = __fadd_rn(0.f, __fmul_rn(static_cast<float>(p.scale), shift));
+      stats[(mine * H + h) * 2 + 1] = __fadd_rn(0.f, kEps);
+    }
+  }
+  while (todo) {
+    const int64_t row = base + __ffs(todo) - 1;
+    todo &= todo - 1;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (p.residual) {
+      const float4 res = ldg4(static_cast<const float*>(p.residual) + row * kHC + 4 * lane);
+      v = make_float4(__fadd_rn(res.x, 0.f), __fadd_rn(res.y, 0.f), __fadd_rn(res.z, 0.f),
+                      __fadd_rn(res.w, 0.f));
+    }
+    *reinterpret_cast<float4*>(static_cast<float*>(p.out) + row * kHC + 4 * lane) = v;
   }
 }
 
@@ -363,6 +375,31 @@ size_t select_temp_bytes(int64_t num_dst) {
   return bytes;
 }
 
+// The tile row at position `lane` when the tile's rows are ordered by decreasing degree (ties by
+// row position; rows past the list, begin = end = 0 as degree -1, last): a bitonic sort of 32
+// (key, row) pairs over the warp's lanes.
+__device__ inline int sort_by_degree(const int64_t* begins, const int64_t* ends, int lane) {
+  // ascending keys: the degree negated, times 64, plus the row (unique keys, so partners agree)
+  const int64_t degree = ends[lane] > begins[lane] ? ends[lane] - begins[lane] : -1;
+  int64_t key = -(degree + 1) * 64 + lane;
+  int row = lane;
+#pragma unroll
+  for (int k = 2; k <= 32; k <<= 1) {
+#pragma unroll
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      const int64_t other_key = __shfl_xor_sync(0xffffffffu, key, j);
+      const int other_row = __shfl_xor_sync(0xffffffffu, row, j);
+      const bool ascending = (lane & k) == 0, lower = (lane & j) == 0;
+      const bool take = lower == ascending ? other_key < key : other_key > key;
+      if (take) {
+        key = other_key;
+        row = other_row;
+      }
+    }
+  }
+  return row;
+}
+
 template <typename index_t, int H>
 __global__ void __launch_bounds__(kThreads, 2)
     fused_kernel(TransformerFusedParams p, int64_t tile_blocks, const index_t* __restrict__ light_rows,
@@ -374,6 +411,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   int64_t* begins = tile_rows + kTileRows;
   int64_t* ends = begins + kTileRows;
   float* shifts = reinterpret_cast<float*>(ends + kTileRows);
+  int* by_degree = reinterpret_cast<int*>(shifts + kTileRows * 4);
+  int* next_walk = by_degree + kTileRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
   const auto* col = static_cast<const index_t*>(p.col);
@@ -410,6 +449,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kTileRows, count = *light_count;
   if (first >= count) return;  // (the grid is sized for every row; the list is shorter)
+  const int num_rows = count - first < kTileRows ? static_cast<int>(count - first) : kTileRows;
   if (threadIdx.x < kTileRows) {  // -1 past the list's end: only the last tile's trailing rows
     const int64_t k = first + threadIdx.x;
     const int64_t row = k < count ? static_cast<int64_t>(light_rows[k]) : -1;
@@ -418,6 +458,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     ends[threadIdx.x] = row >= 0 ? static_cast<int64_t>(rowptr[row + 1]) : 0;
   }
   __syncthreads();
+  if (warp == 0) by_degree[lane] = sort_by_degree(begins, ends, lane);
+  if (threadIdx.x == 0) *next_walk = kWarps;
   float* qs = scratch;  // the query tile, [32][kQueryPitch = 132]; the warps' stages after phase 1
   for (int v = threadIdx.x; v < kTileRows * (kHC / 4); v += kThreads) {
     const int d = v / (kHC / 4), c4 = v % (kHC / 4);
@@ -435,17 +477,24 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   tile_query_t<H>(qs, static_cast<const float*>(p.w_key), rows, kRowPitch, warp, lane);  // phase 1
   __syncthreads();
-  // phase 2: the rows' walks, each prefetching the next one's first chunk
-  if (tile_rows[warp] >= 0) load_rows(xr, col, x, begins[warp], ends[warp], lane);
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int d = warp + kWarps * i;
+  // phase 2: the rows' walks in decreasing degree, each warp taking the next row when it is done
+  // with one (a longest-first schedule: light rows run from 1 to light_max_degree slots, and a
+  // fixed 4 rows a warp left the block waiting on its longest warp), prefetching its first chunk
+  // during the current row's last. A row is walked whole by whichever warp takes it: the same
+  // sums in the same order, so the bits do not depend on the schedule.
+  int k = warp;  // the position in by_degree
+  if (k < num_rows) load_rows(xr, col, x, begins[by_degree[k]], ends[by_degree[k]], lane);
+  while (k < num_rows) {
+    const int d = by_degree[k];
+    int next = 0;
+    if (lane == 0) next = atomicAdd(next_walk, 1);
+    next = __shfl_sync(0xffffffffu, next, 0);
+    const bool has_next = next < num_rows;
+    const int dn = has_next ? by_degree[next] : 0;
     const int64_t row = tile_rows[d];
-    if (row < 0) break;  // the rest of the warp's rows are past the list too
-    const bool has_next = i + 1 < kRowsPerWarp && tile_rows[d + kWarps] >= 0;
     float* qt = rows + d * kRowPitch;
-    walk_registers<index_t, H>(qt, stage, col, x, begins[d], ends[d],
-                               has_next ? begins[d + kWarps] : 0, has_next ? ends[d + kWarps] : 0,
-                               xr, scale, lane, m, s, acc);
+    walk_registers<index_t, H>(qt, stage, col, x, begins[d], ends[d], has_next ? begins[dn] : 0,
+                               has_next ? ends[dn] : 0, xr, scale, lane, m, s, acc);
     for (int h = 0; h < H; ++h) {
       const float sum = __fadd_rn(s[h], kEps);
       *reinterpret_cast<float4*>(qt + h * kF + 4 * lane) =
@@ -455,6 +504,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         stats[(row * H + h) * 2 + 1] = sum;
       }
     }
+    k = next;
   }
   __syncthreads();
   float a[4][4];  // phase 3: out = W_v x~ (+ b_v) (+ residual)
@@ -605,8 +655,7 @@ void launch(const TransformerFusedParams& p, const Workspace& w, char* ws, cudaS
       ws + w.temp_at, temp_bytes, thrust::counting_iterator<index_t>(0), light_rows, light_count,
       p.num_dst, LightRowWithEdges<index_t>{static_cast<const index_t*>(p.rowptr), p.split.light_max_degree},
       s));
-  const int64_t warps_per_block = kThreads / 32;
-  empty_rows_kernel<index_t, H><<<static_cast<unsigned>((p.num_dst + warps_per_block - 1) / warps_per_block),
+  empty_rows_kernel<index_t, H><<<static_cast<unsigned>((p.num_dst + kThreads - 1) / kThreads),
                                   kThreads, 0, s>>>(p);
   GNNIO_CUDA_CHECK(cudaGetLastError());
   const int64_t heavy_blocks = (p.split.num_heavy + kTileRows - 1) / kTileRows;
