@@ -617,6 +617,19 @@ def _shared_rows_fit(heads: int, features: int) -> bool:
     return features <= 256 and heads * per_lane <= 32
 
 
+# 'auto' runs the fused form on CUDA for calls without a backward (inference) on graphs of at
+# least FUSED_AUTO_MIN_EDGES edges and FUSED_AUTO_MIN_DEGREE mean in-degree. Measured forward
+# (bench/NOTES.md v23, 128 -> 4 x 32, float32, PyG in the same process): powerlaw-1M-16M 0.77x
+# direct's time on an H100 and 0.85x on the H200, uniform-1M-16M 0.81x (H100); but
+# grid-1000x1000 (mean in-degree 4) 1.16x: the fused form's per-row work (q~ and W_v, the
+# direct form's key and value projections' multiply-adds moved into the kernel) is repaid
+# only by the gather it halves per edge, and below ~10^6 edges launches and noise decide.
+# With a backward the direct form stays (forward+backward 1.00x-1.21x direct's: the backward
+# is the direct form's and recomputes the key and value projections).
+FUSED_AUTO_MIN_EDGES = 1 << 22
+FUSED_AUTO_MIN_DEGREE = 12
+
+
 def _fused_fit(heads: int, channels: int, features: int, dtype: Optional[torch.dtype]) -> bool:
     """transformer_fused_cuda_supported's shapes: float32, F = H x C = 128, 1, 2 or 4 heads."""
     return dtype == torch.float32 and features == 128 and heads * channels == 128 and heads in (1, 2, 4)
@@ -625,7 +638,8 @@ def _fused_fit(heads: int, channels: int, features: int, dtype: Optional[torch.d
 def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, weights: bool,
                      plain: bool = True, autocast: bool = False, heads: int = 1,
                      features: int = 0, form: Optional[str] = None, channels: int = 0,
-                     dtype: Optional[torch.dtype] = None) -> Tuple[str, str]:
+                     dtype: Optional[torch.dtype] = None, grad: bool = True, num_edges: int = 0,
+                     num_dst: int = 0) -> Tuple[str, str]:
     """(form, reason) for a TransformerConv call. ``form`` (or GNNIO_TRANSFORMER_FORM when it is
     None) is 'direct', 'reassociated', 'fused' or 'auto'. 'reassociated' falls back to 'direct'
     (with the reason) where it does not apply: an edge term, dropout, returned attention
@@ -637,22 +651,31 @@ def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, we
     no [N, H, F] tensor through memory); where the reassociated form applies, it runs on the CPU
     at any shape and on CUDA at float32, ``features`` = heads x ``channels`` = 128 and 1, 2 or 4
     heads, and falls back to 'reassociated' otherwise.
-    'auto' picks 'direct' on every device: the reassociated form was measured slower on the CPU
-    (1.7-2.8x, bench/NOTES.md v19) and on the H200 (its forward 1.4-1.6x direct's on graphs of
-    mean in-degree 16 and 50, NOTES v20: its shared-row kernel does 4x the per-slot arithmetic
-    that its halved gather saves)."""
+    'auto' picks 'fused' on CUDA for a call without a backward (``grad`` False: inference) where
+    the fused kernel fits and applies, on a graph of ``num_edges`` >= FUSED_AUTO_MIN_EDGES and
+    mean in-degree ``num_edges / num_dst`` >= FUSED_AUTO_MIN_DEGREE (measured faster there,
+    bench/NOTES.md v23); 'direct' otherwise: the reassociated form was measured slower on the
+    CPU (1.7-2.8x, NOTES v19) and, unfused, on the H200 (NOTES v20), and with a backward the
+    fused form's forward+backward is no faster than direct's."""
     compiling = torch.compiler.is_compiling()
     source = "argument"
     if form is None:
         form, source = _env("GNNIO_TRANSFORMER_FORM", compiling) or "auto", "GNNIO_TRANSFORMER_FORM"
     if form not in TRANSFORMER_FORMS + ("auto",):
         raise ValueError(f"{source} must be 'direct', 'reassociated', 'fused' or 'auto', got {form!r}")
+    fused_fits = device.type != "cuda" or _fused_fit(heads, channels, features, dtype)
     if form == "auto":
+        if (device.type == "cuda" and not grad and fused_fits and _shared_rows_fit(heads, features)
+                and not (edge_term or dropout or weights or not plain or autocast)
+                and num_edges >= FUSED_AUTO_MIN_EDGES and num_edges >= FUSED_AUTO_MIN_DEGREE * num_dst):
+            return "fused", (f"fused: auto, no backward on a graph of {num_edges} edges and mean "
+                             f"in-degree >= {FUSED_AUTO_MIN_DEGREE} (bench/NOTES.md v23)")
         return "direct", (f"direct: the default on {device.type} (the reassociated form "
-                          f"measured slower, bench/NOTES.md v19 on the CPU, v20 on the H200)")
+                          f"measured slower, bench/NOTES.md v19 on the CPU, v20 on the H200; "
+                          f"fused only without a backward on large graphs of mean in-degree >= "
+                          f"{FUSED_AUTO_MIN_DEGREE}, v23)")
     if form == "direct":
         return "direct", f"direct: forced ({source})"
-    fused_fits = device.type != "cuda" or _fused_fit(heads, channels, features, dtype)
     blockers = [name for name, on in (("an edge term", edge_term), ("dropout", dropout),
                                       ("attention weights returned", weights),
                                       ("lin_key / lin_value not plain Linears", not plain),

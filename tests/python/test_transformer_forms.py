@@ -176,6 +176,51 @@ def test_plan_transformer_default_and_forcing(monkeypatch):
         plan_transformer(cpu, form="both", **flags)
 
 
+def test_plan_transformer_auto_runs_fused_for_inference_on_large_dense_graphs(monkeypatch):
+    """'auto' (NOTES v23): fused on CUDA without a backward, where the kernel fits, on graphs of
+    >= FUSED_AUTO_MIN_EDGES edges and mean in-degree >= FUSED_AUTO_MIN_DEGREE; direct otherwise."""
+    from gnnio.plan import FUSED_AUTO_MIN_DEGREE, FUSED_AUTO_MIN_EDGES
+    monkeypatch.delenv(FORM, raising=False)
+    cuda = torch.device("cuda")  # (a device object: no GPU needed)
+    base = dict(edge_term=False, dropout=False, weights=False, heads=4, features=128, channels=32,
+                dtype=torch.float32, grad=False, num_edges=16_000_000, num_dst=1_000_000)
+    form, reason = plan_transformer(cuda, **base)
+    assert form == "fused" and "no backward" in reason and "v23" in reason
+    edges_at_min = FUSED_AUTO_MIN_EDGES
+    assert plan_transformer(cuda, **dict(base, num_edges=edges_at_min,
+                                          num_dst=edges_at_min // FUSED_AUTO_MIN_DEGREE))[0] == "fused"
+    for change in (dict(grad=True), dict(num_edges=edges_at_min - 1, num_dst=1000),
+                   dict(num_dst=16_000_000 // FUSED_AUTO_MIN_DEGREE + 1),  # mean degree < 12
+                   dict(dtype=torch.bfloat16), dict(heads=8, channels=16), dict(edge_term=True),
+                   dict(dropout=True), dict(weights=True), dict(plain=False), dict(autocast=True)):
+        form, reason = plan_transformer(cuda, **dict(base, **change))
+        assert form == "direct" and reason.startswith("direct: the default on cuda"), change
+    assert plan_transformer(torch.device("cpu"), **base)[0] == "direct"
+    monkeypatch.setenv(FORM, "direct")
+    assert plan_transformer(cuda, **base) == ("direct", f"direct: forced ({FORM})")
+
+
+def test_layer_tells_the_plan_about_the_backward_and_the_graph(monkeypatch):
+    """The layer's call passes grad (grad mode and any input or parameter needing one) and the
+    graph's edge and destination counts to plan_transformer."""
+    from gnnio.nn.conv import transformer_conv
+    seen = []
+    real = transformer_conv.plan_transformer
+    monkeypatch.setattr(transformer_conv, "plan_transformer",
+                        lambda *a, **k: seen.append(k) or real(*a, **k))
+    conv = gnnio.nn.TransformerConv((5, 4), 3, heads=2)
+    ei = torch.stack([torch.randint(20, (80,)), torch.randint(7, (80,))])
+    x = (torch.randn(20, 5), torch.randn(7, 4))
+    conv(x, ei)
+    with torch.no_grad():
+        conv(x, ei)
+    conv.requires_grad_(False)
+    conv(x, ei)
+    conv((x[0].requires_grad_(), x[1]), ei)
+    assert [k["grad"] for k in seen] == [True, False, False, True]
+    assert all(k["num_edges"] == 80 and k["num_dst"] == 7 for k in seen)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_reassociated_node_gradcheck_float64(bias):
     """The node's backward (the direct form's, on the forward's statistics shifted by the key

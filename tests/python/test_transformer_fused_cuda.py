@@ -134,6 +134,28 @@ def test_cuda_fused_layer_matches_pyg(monkeypatch, graph_name, opt, heads):
         assert_no_worse_than_reference(a, b, c, floor=k * EPS32 * max(c.abs().max().item(), 1.0))
 
 
+def test_cuda_fused_auto_runs_it_for_inference_only(monkeypatch):
+    """'auto' on a graph at the plan's thresholds (2^22+ edges, mean in-degree 12): the fused op
+    without a backward (the same bits as the forced form), the direct form with one."""
+    monkeypatch.delenv("GNNIO_TRANSFORMER_FORM", raising=False)
+    n = 350_000
+    gen = torch.Generator().manual_seed(0)
+    ei = torch.randint(n, (2, 12 * n), generator=gen).cuda()
+    assert ei.size(1) >= gnnio.plan.FUSED_AUTO_MIN_EDGES
+    conv = gnnio.nn.TransformerConv(128, 32, heads=4).cuda()
+    x = torch.randn(n, 128, generator=gen).cuda()
+    calls = count_fused(monkeypatch)
+    with torch.no_grad():
+        out_auto = conv(x, ei)
+    assert calls
+    calls.clear()
+    conv(x.clone().requires_grad_(), ei).sum().backward()
+    assert not calls
+    monkeypatch.setenv("GNNIO_TRANSFORMER_FORM", "fused")
+    with torch.no_grad():
+        assert torch.equal(conv(x, ei), out_auto)
+
+
 def test_cuda_fused_falls_back_where_the_kernel_does_not_fit(monkeypatch):
     """Shapes the kernel has no build for run the unfused reassociated form, and the plan says so."""
     monkeypatch.setenv("GNNIO_TRANSFORMER_FORM", "fused")

@@ -117,11 +117,16 @@ class TransformerConv(torch.nn.Module):
                          (self.lin_skip, x_dst if self.root_weight else None))
         want_weights = isinstance(return_attention_weights, bool)
         dropout = self.dropout if self.training else 0.0
+        graph = self._graphs.get(edge_index, x_src.size(0), x_dst.size(0))
+        # (whether a backward can follow: 'auto' runs the fused form only without one)
+        grad = torch.is_grad_enabled() and (x_src.requires_grad or x_dst.requires_grad or any(
+            p.requires_grad for p in self.parameters()))
         form, _ = plan_transformer(
             x_src.device, edge_term=self.lin_edge is not None, dropout=dropout > 0,
             weights=want_weights, plain=_plain_linear(self.lin_key) and _plain_linear(self.lin_value),
             autocast=torch.is_autocast_enabled(x_src.device.type), heads=H, features=x_src.size(1),
-            channels=C, dtype=x_src.dtype)
+            channels=C, dtype=x_src.dtype, grad=grad, num_edges=graph.num_edges,
+            num_dst=graph.num_dst)
         reassociated = form in ("reassociated", "fused")
         # The skip first: autograd runs a later node's backward first, so lin_skip's backward
         # (an [N_dst, F] gradient of x_dst, held until every use of x_dst is done) runs after the
@@ -143,7 +148,6 @@ class TransformerConv(torch.nn.Module):
             query = self.lin_query(x_dst)
             key_value = [lin(x_src) for lin in kv]
         query = query.view(-1, H, C)
-        graph = self._graphs.get(edge_index, x_src.size(0), x_dst.size(0))
         edge_attr = _edge_attr_of(edge_index, edge_attr, self.lin_edge)
         if reassociated:
             if edge_attr is not None:
