@@ -1,5 +1,6 @@
 """An emulation in numpy of csrc/gnnio/transformer/cuda.cu's walk_registers (the fused
-TransformerConv walk with a lane's features of every slot in registers; not yet run on a GPU):
+TransformerConv walk with a lane's features of every slot in registers; the kernel's only walk
+since fd0fc6f):
 32 lanes, each holding features 4 l .. 4 l + 3 of q~ and of the chunk's 8 rows, its 8H partial
 scores combined by the reduce-scatter (offsets 16, 8, 4, 2, 1; a lane keeps the upper half where
 its bit is set), then the online softmax per head over chunks and the weighted sums, against a

@@ -49,14 +49,15 @@ def operands(ns, nd, heads, gen, bias=True, residual=True):
     # scales of a trained layer's: scores of a few units, so the softmax is neither flat nor one-hot
     return dict(x=r(ns, 128), query=r(nd, heads, C, s=0.3), w_key=r(heads * C, 128, s=128 ** -0.5),
                 w_value_t=r(128, heads * C, s=128 ** -0.5), b_value=r(heads * C) if bias else None,
-                residual=r(nd, heads * C) if residual else None)
+                residual=r(nd, heads * C) if residual else None, b_key=r(heads * C) if bias else None)
 
 
 def op(graph, ops, dtype, device, plan=None):
     """The op on graph's csr_by_dst (on device) through the layer's own call (_fused_forward: the
-    plan's split and its item offsets), ops in dtype."""
+    plan's split; the launcher builds the item offsets), ops in dtype."""
     t = {k: None if v is None else v.to(device, dtype) for k, v in ops.items()}
-    return _fused_forward(graph, t["x"], t["query"], t["w_key"], None, t["w_value_t"].t(),
+    # b_key: the stats' max shift (key_shift in the tiles, empty_rows_kernel and merge_kernel)
+    return _fused_forward(graph, t["x"], t["query"], t["w_key"], t.get("b_key"), t["w_value_t"].t(),
                           t["b_value"], t["residual"], t["query"].size(2) ** -0.5, plan)
 
 
@@ -87,6 +88,30 @@ def test_cuda_fused_op_against_cpu_float64(graph_name, heads, index):
     for a, b, c in ((out, out32, out64), (stats, stats32, stats64)):
         floor = 4 * math.sqrt(rows) * EPS32 * max(c.abs().max().item(), 1.0)
         assert_no_worse_than_reference(a.cpu(), b, c, floor=floor)
+
+
+def test_cuda_fused_op_takes_an_item_of_no_slots():
+    """A raw call whose heavy row has an item of no slots first (the planner makes none): the
+    merge skips it (its max is -inf; merged, it made the row NaN), as the CPU op, which walks
+    the row whole, has nothing to skip."""
+    ei, (ns, nd) = FUSED_GRAPHS["hub_in"]
+    gen = torch.Generator().manual_seed(1)
+    ops = operands(ns, nd, 4, gen)
+    graph = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    plan = gnnio.plan.plan_attention(graph, 4 * 128)
+    items = plan.heavy_items
+    empty = torch.stack([items[0, 0], items[0, 1], items[0, 1]]).view(1, 3)
+    csr = graph.csr_by_dst
+    t = {k: None if v is None else v.to("cuda", torch.float32) for k, v in ops.items()}
+    args = (csr.rowptr, csr.col, t["x"], t["query"], t["w_key"].contiguous(),
+            t["w_value_t"].contiguous(), t["b_value"], t["residual"], 32 ** -0.5)
+    out, stats = torch.ops.gnnio.transformer_fused_forward(
+        *args, plan.heavy_rows, torch.cat([empty, items]), plan.light_max_degree, t["b_key"])
+    ref_out, ref_stats = op(gnnio.Graph(ei, size=(ns, nd)), ops, torch.float64, "cpu")
+    assert torch.isfinite(out).all() and torch.isfinite(stats).all()
+    floor = 4 * math.sqrt(200_000) * EPS32
+    for a, c in ((out, ref_out), (stats, ref_stats)):
+        torch.testing.assert_close(a.cpu().double(), c, rtol=0, atol=floor * max(c.abs().max().item(), 1.0))
 
 
 @pytest.mark.parametrize("heads", HEADS)

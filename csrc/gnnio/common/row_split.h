@@ -14,7 +14,8 @@ struct RowSplit {
   int64_t num_items = 0;
   int64_t light_max_degree = INT64_MAX;  // rows with more slots are heavy
   // [num_heavy + 1]: first item of each heavy row, then num_items. Filled per call by the CUDA
-  // attention launchers in their workspace, so that a merge block (one per heavy row and head)
+  // attention launchers and the fused TransformerConv launcher (common/item_offsets.cuh) in
+  // their workspace, so that a merge block (one per heavy row and head)
   // finds its items with two loads instead of two binary searches of heavy_items (17 dependent
   // loads each at 100K items). Not part of the op's inputs; nullptr elsewhere (CPU, reduce).
   const int64_t* item_offsets = nullptr;

@@ -2,10 +2,10 @@
 // order of the sums). Shapes are the benchmark's and PyG's common ones: float32, F = H x C = 128,
 // 1, 2 or 4 heads (transformer_fused_cuda_supported); the layer runs the unfused forms otherwise.
 //
-// Before the tiles, the launcher lists the light rows that have edges (light_rows_kernel's
-// flags and CUB's stable select): only they take a tile. Rows without edges are written by
-// empty_rows_kernel (out = the skip or 0; no q~ or W_v work: 31% of powerlaw-1M-16M's rows),
-// heavy rows by their items, merge_kernel and heavy_value_kernel.
+// Before the tiles, the launcher lists the light rows that have edges (CUB's stable
+// DeviceSelect::If over the row ids with LightRowWithEdges): only they take a tile. Rows without
+// edges are written by empty_rows_kernel (out = the skip or 0; no q~ or W_v work: 31% of
+// powerlaw-1M-16M's rows), heavy rows by their items, merge_kernel and heavy_value_kernel.
 //
 // fused_kernel: one block of 8 warps per tile of 32 listed rows, in three phases.
 //   1. q~ = W_k,h^T q_h for the tile's rows: warp w owns features [16w, 16w + 16), a lane 4 of
@@ -555,7 +555,11 @@ __global__ void __launch_bounds__(kMergeThreads)
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       if (it0 + int64_t(u) * kGroups >= last) break;
-      const float m_new = fmaxf(M, mb[u]);  // finite: an item has slots
+      // An item of no slots (only a raw call's items can have one) adds nothing: without this,
+      // a group whose first item is empty forms exp(-inf - -inf) = NaN (v21's merge took
+      // exp(m_i - M) = 0 for it).
+      if (mb[u] == -INFINITY) continue;
+      const float m_new = fmaxf(M, mb[u]);  // finite: the item has slots
       const float r_old = expf(M - m_new), r = expf(mb[u] - m_new);
       S = __fadd_rn(__fmul_rn(S, r_old), __fmul_rn(sb[u], r));
 #pragma unroll

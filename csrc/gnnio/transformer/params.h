@@ -36,7 +36,8 @@
 
 namespace gnnio {
 
-inline constexpr int kTransformerChunk = 8;  // slots a warp scores at once (one per lane group)
+// Slots a warp scores at once (each lane holds its 4 features of all 8).
+inline constexpr int kTransformerChunk = 8;
 
 struct TransformerFusedParams {
   const void* rowptr = nullptr;  // csr_by_dst [num_dst + 1]
