@@ -71,6 +71,21 @@ def test_compiled_model_matches_eager(device, as_graph, net):
     check_compiled(device, as_graph, net)
 
 
+def test_compiled_attention_model_without_grad_matches_eager(device):
+    """Inference (no grad mode) compiled with fullgraph: the layers' shared-input linears run as
+    plain calls there (an autograd Function did not trace under no_grad), and on CUDA the plan
+    may pick TransformerConv's fused form. The same F.linear calls: the eager outputs' bits."""
+    torch._dynamo.reset()
+    ei, n = real("cora")
+    graph = gnnio.Graph(ei.to(device), num_nodes=n)
+    x = torch.randn(n, 16, device=device)
+    net = AttentionNet().to(device).eval()
+    with torch.no_grad():
+        ref = net(x, graph)
+        out = torch.compile(net, fullgraph=True)(x, graph)
+    assert_reordering_close(out, ref, terms=n)
+
+
 def test_opcheck_csr_from_coo():
     ei, n = random_graph(12, 50)
     torch.library.opcheck(torch.ops.gnnio.csr_from_coo.default, (ei[1].int(), ei[0].int(), n, n))

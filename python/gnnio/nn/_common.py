@@ -303,8 +303,10 @@ def linears_of_one_input(x: torch.Tensor, *linears: torch.nn.Module) -> Tuple[to
     """``tuple(lin(x) for lin in linears)``, with one d x buffer in the backward (see
     :class:`_LinearsOfOneInput`) when every one is a plain ``torch.nn.Linear``
     (:func:`_plain_linear`); each module's own call otherwise, under autocast (whose casts the
-    Function would have to repeat) and for a single linear."""
-    if (len(linears) < 2 or torch.is_autocast_enabled(x.device.type)
+    Function would have to repeat), for a single linear, and without grad mode (no backward to
+    share a buffer in; the same F.linear calls, and torch.compile's fullgraph tracing of an
+    autograd Function under no_grad fails)."""
+    if (len(linears) < 2 or not torch.is_grad_enabled() or torch.is_autocast_enabled(x.device.type)
             or not all(_plain_linear(lin) for lin in linears)):
         return tuple(lin(x) for lin in linears)
     args = []
