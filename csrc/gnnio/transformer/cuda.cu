@@ -45,6 +45,8 @@ constexpr int kHeadPitch = kF;
 constexpr int kRowPitch = 580;
 constexpr int kQueryPitch = kHC + 4;  // the query tile's rows: 16-byte loads of 8 rows, 32 banks
 constexpr int kWarpStage = kChunk * 4;  // a warp's chunk weights, [slot][head]
+// kPipelined: each warp's next-chunk column indices (int64 at most), after the warps' stages.
+constexpr int kWarpIndices = kChunk * 2;
 constexpr int kRowFloats = kTileRows * kRowPitch;
 constexpr int kScratchFloats =
     kWarps * kWarpStage > kTileRows * kQueryPitch ? kWarps * kWarpStage : kTileRows * kQueryPitch;
@@ -61,6 +63,8 @@ constexpr int kMergeThreads = 256;
 
 static_assert(kF == 128 && kHC == 128, "lane maps assume 128 features and 128 outputs");
 static_assert(kTileRows == 4 * kWarps, "a lane forms q~ and out for 4 rows, 8 rows apart");
+static_assert(kWarps * (kWarpStage + kWarpIndices) <= kScratchFloats,
+              "the warps' stages and staged indices fit where the query tile was");
 
 __device__ inline float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ inline float get(const float4& v, int k) {
@@ -110,12 +114,47 @@ __device__ inline void load_rows(float4 (&xr)[8], const index_t* __restrict__ co
   }
 }
 
+// The chunk's column indices copied into the warp's stage by the copy engine (cp.async: no
+// register waits for them), lane j < 8 slot base + j's; issued a chunk's scores ahead of the
+// rows they address (kPipelined). wait_indices makes them visible to the warp.
+template <typename index_t>
+__device__ inline void copy_indices(index_t* staged, const index_t* __restrict__ col, int64_t base,
+                                    int64_t end, int lane) {
+  if (lane < kChunk && base + lane < end) {
+    const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(staged + lane));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(col + base + lane),
+                 "n"(sizeof(index_t)));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+__device__ inline void wait_indices() {
+  asm volatile("cp.async.wait_group 0;\n" ::);
+  __syncwarp();
+}
+
+// load_rows with the indices staged by copy_indices.
+template <typename index_t>
+__device__ inline void load_rows_at(float4 (&xr)[8], const index_t* staged,
+                                    const float* __restrict__ x, int64_t base, int64_t end, int lane) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    xr[j] = base + j < end ? ldg4(x + static_cast<int64_t>(staged[j]) * kF + 4 * lane)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 // On entry xr holds the first chunk (load_rows); its last chunk's prefetch loads the first chunk
 // of [next_begin, next_end) instead (the warp's next row: one memory latency less a row). On
 // return every lane holds m and the row's running sum s per head, and acc = its 4 features
 // (4 lane .. 4 lane + 3) of each head's unnormalised x~.
-template <typename index_t, int H>
-__device__ void walk_registers(const float* qt, float* stage, const index_t* __restrict__ col,
+// kPipelined (GNNIO_FUSED_PIPELINE=1; from a helper's SASS count of c820efe, bench/NOTES.md
+// v23b; NOT YET RUN ON A GPU): the next chunk's column indices are copied into the warp's stage
+// (cp.async) before this chunk's scores, instead of loaded where its rows are (each index load
+// was used 8-20 instructions after issue: a memory latency a chunk). Held in registers across
+// the scores instead, they made ptxas spill 40 bytes. The same arithmetic: the same bits.
+template <bool kPipelined, typename index_t, int H>
+__device__ void walk_registers(const float* qt, float* stage, index_t* staged,
+                               const index_t* __restrict__ col,
                                const float* __restrict__ x, int64_t begin, int64_t end,
                                int64_t next_begin, int64_t next_end, float4 (&xr)[8], float scale,
                                int lane, float (&m)[H], float (&s)[H], float (&acc)[H][4]) {
@@ -130,6 +169,10 @@ __device__ void walk_registers(const float* qt, float* stage, const index_t* __r
   }
   float m_mine = -INFINITY, s_mine = 0.f;
   for (int64_t base = begin; base < end; base += kChunk) {
+    if constexpr (kPipelined) {  // the next chunk's: this row's, or the warp's next row's first
+      const bool more = base + kChunk < end;
+      copy_indices(staged, col, more ? base + kChunk : next_begin, more ? end : next_end, lane);
+    }
     float v[N];
 #pragma unroll
     for (int j = 0; j < kChunk; ++j)
@@ -158,8 +201,15 @@ __device__ void walk_registers(const float* qt, float* stage, const index_t* __r
     for (int h = 0; h < H; ++h) rh[h] = __shfl_sync(0xffffffffu, r, h << kShift);
     __syncwarp();
     float4 xn[8];
-    if (base + kChunk < end) load_rows(xn, col, x, base + kChunk, end, lane);
-    else load_rows(xn, col, x, next_begin, next_end, lane);
+    if constexpr (kPipelined) {
+      wait_indices();
+      if (base + kChunk < end) load_rows_at(xn, staged, x, base + kChunk, end, lane);
+      else load_rows_at(xn, staged, x, next_begin, next_end, lane);
+    } else if (base + kChunk < end) {
+      load_rows(xn, col, x, base + kChunk, end, lane);
+    } else {
+      load_rows(xn, col, x, next_begin, next_end, lane);
+    }
 #pragma unroll
     for (int h = 0; h < H; ++h)
       for (int k = 0; k < 4; ++k) acc[h][k] = __fmul_rn(acc[h][k], rh[h]);
@@ -192,18 +242,26 @@ __device__ void walk_registers(const float* qt, float* stage, const index_t* __r
 // q~ = W_k,h^T q_h of 32 rows, q in shared memory at pitch kQueryPitch: warp w forms features
 // [16 w, 16 w + 16), a lane 4 of them for rows dg, dg + 8, dg + 16, dg + 24, 4 W_k rows and 4
 // rows' 4 queries a step (8 loads for 64 FFMA); row d's q~ goes to dst + d dst_pitch.
-template <int H>
+// kPipelined: each step's W_k rows are loaded a step ahead (double-buffered; not yet run on a
+// GPU), not where they are used.
+template <int H, bool kPipelined = false>
 __device__ void tile_query_t(const float* qs, const float* __restrict__ w_key, float* dst,
                              int64_t dst_pitch, int warp, int lane) {
   constexpr int C = kHC / H;
   const int dg = lane >> 2, f0 = 16 * warp + 4 * (lane & 3);
+  auto load_w = [&](int h, int c, float4 (&w)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = ldg4(w_key + static_cast<int64_t>(h * C + c + k) * kF + f0);
+  };
   for (int h = 0; h < H; ++h) {
     float a[4][4] = {};
+    float4 w[4];
+    if constexpr (kPipelined) load_w(h, 0, w);
 #pragma unroll 2
     for (int c = 0; c < C; c += 4) {
-      float4 w[4], qv[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) w[k] = ldg4(w_key + static_cast<int64_t>(h * C + c + k) * kF + f0);
+      float4 qv[4], w_next[4];
+      if constexpr (kPipelined) load_w(h, c + 4 < C ? c + 4 : c, w_next);
+      else load_w(h, c, w);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         qv[i] = *reinterpret_cast<const float4*>(qs + (dg + 8 * i) * kQueryPitch + h * C + c);
@@ -217,6 +275,10 @@ __device__ void tile_query_t(const float* qs, const float* __restrict__ w_key, f
           a[i][2] = __fmaf_rn(q, w[k].z, a[i][2]);
           a[i][3] = __fmaf_rn(q, w[k].w, a[i][3]);
         }
+      if constexpr (kPipelined) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = w_next[k];
+      }
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -275,19 +337,26 @@ __device__ inline float key_shift(const float* q, const float* __restrict__ b_ke
 // Phase 3's products for rows dg, dg + 8, dg + 16, dg + 24 of a tile of x~ at kRowPitch (head
 // h's x~ at h x kF): a[i][k] = sum_f x~_i,h[f] W_v[h C + c][f] for outputs o0 .. o0 + 3
 // (o0 = 16 warp + 4 (lane % 4), head o0 / C), f ascending.
-template <int H>
+// kPipelined: each step's W_v rows loaded a step ahead, as tile_query_t's.
+template <int H, bool kPipelined = false>
 __device__ void tile_value(const float* xt, const float* __restrict__ w_value_t, int warp,
                            int lane, float (&a)[4][4]) {
   constexpr int C = kHC / H;
   const int dg = lane >> 2, o0 = 16 * warp + 4 * (lane & 3), h = o0 / C;
+  auto load_w = [&](int f, float4 (&w)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = ldg4(w_value_t + (f + k) * kHC + o0);
+  };
 #pragma unroll
   for (int i = 0; i < 4; ++i)
     for (int k = 0; k < 4; ++k) a[i][k] = 0.f;
+  float4 w[4];
+  if constexpr (kPipelined) load_w(0, w);
 #pragma unroll 2
   for (int f = 0; f < kF; f += 4) {
-    float4 w[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) w[k] = ldg4(w_value_t + (f + k) * kHC + o0);
+    float4 w_next[4];
+    if constexpr (kPipelined) load_w(f + 4 < kF ? f + 4 : f, w_next);
+    else load_w(f, w);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float4 xv = *reinterpret_cast<const float4*>(xt + (dg + 8 * i) * kRowPitch + h * kF + f);
@@ -299,6 +368,10 @@ __device__ void tile_value(const float* xt, const float* __restrict__ w_value_t,
         a[i][2] = __fmaf_rn(xk, w[k].z, a[i][2]);
         a[i][3] = __fmaf_rn(xk, w[k].w, a[i][3]);
       }
+    }
+    if constexpr (kPipelined) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) w[k] = w_next[k];
     }
   }
 }
@@ -406,7 +479,7 @@ __device__ inline int sort_by_degree(const int64_t* begins, const int64_t* ends,
   return row;
 }
 
-template <typename index_t, int H>
+template <bool kPipelined, typename index_t, int H>
 __global__ void __launch_bounds__(kThreads, 2)
     fused_kernel(TransformerFusedParams p, int64_t tile_blocks, const index_t* __restrict__ light_rows,
                  const int64_t* __restrict__ light_count, float* part, const float* heavy_qt) {
@@ -427,6 +500,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto* stats = static_cast<float*>(p.stats);
   const float scale = static_cast<float>(p.scale);
   float* stage = scratch + warp * kWarpStage;
+  auto* staged = reinterpret_cast<index_t*>(scratch + kWarps * kWarpStage + warp * kWarpIndices);
   float m[H], s[H], acc[H][4];
   float4 xr[8];
 
@@ -440,7 +514,8 @@ __global__ void __launch_bounds__(kThreads, 2)
           ldg4(heavy_qt + it[0] * H * kHeadPitch + h * kHeadPitch + 4 * lane);
     __syncwarp();
     load_rows(xr, col, x, it[1], it[2], lane);
-    walk_registers<index_t, H>(qt, stage, col, x, it[1], it[2], 0, 0, xr, scale, lane, m, s, acc);
+    walk_registers<kPipelined, index_t, H>(qt, stage, staged, col, x, it[1], it[2], 0, 0, xr, scale,
+                                           lane, m, s, acc);
     float* out = part + item * H * (kF + 4);  // (16-byte aligned for any H)
     for (int h = 0; h < H; ++h) {
       *reinterpret_cast<float4*>(out + h * kF + 4 * lane) =
@@ -481,7 +556,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                                                static_cast<const float*>(p.b_key) + h * C)
                                 : 0.f;
   }
-  tile_query_t<H>(qs, static_cast<const float*>(p.w_key), rows, kRowPitch, warp, lane);  // phase 1
+  tile_query_t<H, kPipelined>(qs, static_cast<const float*>(p.w_key), rows, kRowPitch, warp,
+                              lane);  // phase 1
   __syncthreads();
   // phase 2: the rows' walks in decreasing degree, each warp taking the next row when it is done
   // with one (a longest-first schedule: light rows run from 1 to light_max_degree slots, and a
@@ -499,7 +575,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int dn = has_next ? by_degree[next] : 0;
     const int64_t row = tile_rows[d];
     float* qt = rows + d * kRowPitch;
-    walk_registers<index_t, H>(qt, stage, col, x, begins[d], ends[d], has_next ? begins[dn] : 0,
+    walk_registers<kPipelined, index_t, H>(qt, stage, staged, col, x, begins[d], ends[d],
+                                           has_next ? begins[dn] : 0,
                                has_next ? ends[dn] : 0, xr, scale, lane, m, s, acc);
     for (int h = 0; h < H; ++h) {
       const float sum = __fadd_rn(s[h], kEps);
@@ -514,7 +591,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
   float a[4][4];  // phase 3: out = W_v x~ (+ b_v) (+ residual)
-  tile_value<H>(rows, static_cast<const float*>(p.w_value_t), warp, lane, a);
+  tile_value<H, kPipelined>(rows, static_cast<const float*>(p.w_value_t), warp, lane, a);
   for (int i = 0; i < 4; ++i) {
     const int64_t row = tile_rows[(lane >> 2) + 8 * i];
     if (row >= 0) store_out(p, row, 16 * warp + 4 * (lane & 3), a[i]);
@@ -673,7 +750,7 @@ void launch(const TransformerFusedParams& p, const Workspace& w, char* ws, cudaS
     heavy_query_kernel<H><<<static_cast<unsigned>(heavy_blocks), kThreads, 0, s>>>(p, heavy_rows_buf);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   }
-  auto kernel = fused_kernel<index_t, H>;
+  auto kernel = p.pipelined ? fused_kernel<true, index_t, H> : fused_kernel<false, index_t, H>;
   GNNIO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmemBytes)));
   // Two blocks an SM need 2 x 92 KB of its 228: ask for the largest shared-memory carveout
