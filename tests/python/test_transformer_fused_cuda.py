@@ -71,6 +71,8 @@ def test_cuda_fused_op_against_cpu_float64(monkeypatch, graph_name, heads, index
     same arithmetic; not yet run on a GPU when written)."""
     if pipeline:
         monkeypatch.setenv("GNNIO_FUSED_PIPELINE", "1")
+    else:  # (an exported GNNIO_FUSED_PIPELINE=1 would make both arms the pipelined build)
+        monkeypatch.delenv("GNNIO_FUSED_PIPELINE", raising=False)
     ei, (ns, nd) = FUSED_GRAPHS[graph_name]
     gen = torch.Generator().manual_seed(zlib.crc32(repr((graph_name, heads, index)).encode()))
     ops = operands(ns, nd, heads, gen)
@@ -94,13 +96,20 @@ def test_cuda_fused_op_against_cpu_float64(monkeypatch, graph_name, heads, index
         assert_no_worse_than_reference(a.cpu(), b, c, floor=floor)
 
 
+@pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("graph_name", ["hub_in", "mixed"])
-def test_cuda_fused_pipelined_build_gives_the_same_bits(monkeypatch, graph_name):
+@pytest.mark.parametrize("index", ["int32", "int64"])  # cp.async of 4 and of 8 bytes
+def test_cuda_fused_pipelined_build_gives_the_same_bits(monkeypatch, graph_name, heads, index):
     """GNNIO_FUSED_PIPELINE=1 moves loads, not arithmetic: out and stats bit for bit."""
     ei, (ns, nd) = FUSED_GRAPHS[graph_name]
-    ops = operands(ns, nd, 4, torch.Generator().manual_seed(2))
+    ops = operands(ns, nd, heads, torch.Generator().manual_seed(2))
     graph = gnnio.Graph(ei.cuda(), size=(ns, nd))
-    plan = gnnio.plan.plan_attention(graph, 4 * 128)
+    if index == "int64":
+        csr = graph.csr_by_dst
+        graph.csr_by_dst = type(csr)(csr.rowptr.long(), csr.col.long(), csr.perm.long())
+    assert graph.csr_by_dst.col.dtype == getattr(torch, index)
+    plan = gnnio.plan.plan_attention(graph, heads * 128)
+    monkeypatch.delenv("GNNIO_FUSED_PIPELINE", raising=False)
     default = op(graph, ops, torch.float32, "cuda", plan)
     monkeypatch.setenv("GNNIO_FUSED_PIPELINE", "1")
     pipelined = op(graph, ops, torch.float32, "cuda", plan)

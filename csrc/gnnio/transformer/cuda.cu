@@ -65,6 +65,8 @@ static_assert(kF == 128 && kHC == 128, "lane maps assume 128 features and 128 ou
 static_assert(kTileRows == 4 * kWarps, "a lane forms q~ and out for 4 rows, 8 rows apart");
 static_assert(kWarps * (kWarpStage + kWarpIndices) <= kScratchFloats,
               "the warps' stages and staged indices fit where the query tile was");
+static_assert((kRowFloats + kWarps * kWarpStage) % 4 == 0 && kWarpIndices % 4 == 0,
+              "staged indices 16-byte aligned (8-byte cp.async of int64; ptxas reads them as LDS.128)");
 
 __device__ inline float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ inline float get(const float4& v, int k) {
@@ -120,16 +122,24 @@ __device__ inline void load_rows(float4 (&xr)[8], const index_t* __restrict__ co
 template <typename index_t>
 __device__ inline void copy_indices(index_t* staged, const index_t* __restrict__ col, int64_t base,
                                     int64_t end, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if (lane < kChunk && base + lane < end) {
     const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(staged + lane));
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(col + base + lane),
                  "n"(sizeof(index_t)));
   }
   asm volatile("cp.async.commit_group;\n" ::);
+#else  // (no cp.async before sm_80: a plain copy, so TORCH_CUDA_ARCH_LIST < 8.0 still builds)
+  if (lane < kChunk && base + lane < end) staged[lane] = col[base + lane];
+#endif
 }
 
+// Each lane waits for its own copies (cp.async.wait_group orders only the executing thread's);
+// the __syncwarp then makes every lane's copies visible to the whole warp.
 __device__ inline void wait_indices() {
-  asm volatile("cp.async.wait_group 0;\n" ::);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
   __syncwarp();
 }
 
@@ -578,7 +588,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     walk_registers<kPipelined, index_t, H>(qt, stage, staged, col, x, begins[d], ends[d],
                                            has_next ? begins[dn] : 0,
                                has_next ? ends[dn] : 0, xr, scale, lane, m, s, acc);
-    for (int h = 0; h < H; ++h) {
+    auto finish = [&](int h) {
       const float sum = __fadd_rn(s[h], kEps);
       *reinterpret_cast<float4*>(qt + h * kF + 4 * lane) =
           make_float4(acc[h][0] / sum, acc[h][1] / sum, acc[h][2] / sum, acc[h][3] / sum);
@@ -586,6 +596,15 @@ __global__ void __launch_bounds__(kThreads, 2)
         stats[(row * H + h) * 2] = __fadd_rn(m[h], __fmul_rn(scale, shifts[d * 4 + h]));
         stats[(row * H + h) * 2 + 1] = sum;
       }
+    };
+    if constexpr (kPipelined) {
+      // Unrolled before LLVM's GVN: otherwise `lane == h` rewrites m[h] as m[lane], a dynamically
+      // indexed array that ptxas left in local memory here (16-byte frame, STL.128 at the walk's
+      // end, LDL at each stats store; the default build's ptxas turned it into a select chain).
+#pragma unroll
+      for (int h = 0; h < H; ++h) finish(h);
+    } else {
+      for (int h = 0; h < H; ++h) finish(h);
     }
     k = next;
   }
