@@ -6,7 +6,7 @@ Each plan says what it chose and why (``reason``), so a user can see it and over
 them into one ``Plan`` for a layer, with the reason as text."""
 import math
 import os
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -664,9 +664,18 @@ def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, we
     if form not in TRANSFORMER_FORMS + ("auto",):
         raise ValueError(f"{source} must be 'direct', 'reassociated', 'fused' or 'auto', got {form!r}")
     fused_fits = device.type != "cuda" or _fused_fit(heads, channels, features, dtype)
+
+    def blockers_of(candidate: str) -> List[str]:  # what keeps the candidate form from applying
+        return [name for name, on in (("an edge term", edge_term), ("dropout", dropout),
+                                      ("attention weights returned", weights),
+                                      ("lin_key / lin_value not plain Linears", not plain),
+                                      ("autocast", autocast),
+                                      ("more heads or input features than the CUDA kernel holds",
+                                       device.type == "cuda" and not _shared_rows_fit(heads, features)
+                                       and not (candidate == "fused" and fused_fits)))
+                if on]
     if form == "auto":
-        if (device.type == "cuda" and not grad and fused_fits and _shared_rows_fit(heads, features)
-                and not (edge_term or dropout or weights or not plain or autocast)
+        if (device.type == "cuda" and not grad and fused_fits and not blockers_of("fused")
                 and num_edges >= FUSED_AUTO_MIN_EDGES and num_edges >= FUSED_AUTO_MIN_DEGREE * num_dst):
             return "fused", (f"fused: auto, no backward on a graph of {num_edges} edges and mean "
                              f"in-degree >= {FUSED_AUTO_MIN_DEGREE} (bench/NOTES.md v23)")
@@ -676,14 +685,7 @@ def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, we
                           f"{FUSED_AUTO_MIN_DEGREE}, v23)")
     if form == "direct":
         return "direct", f"direct: forced ({source})"
-    blockers = [name for name, on in (("an edge term", edge_term), ("dropout", dropout),
-                                      ("attention weights returned", weights),
-                                      ("lin_key / lin_value not plain Linears", not plain),
-                                      ("autocast", autocast),
-                                      ("more heads or input features than the CUDA kernel holds",
-                                       device.type == "cuda" and not _shared_rows_fit(heads, features)
-                                       and not (form == "fused" and fused_fits)))
-                if on]
+    blockers = blockers_of(form)
     if blockers:
         return "direct", f"direct: {form} asked ({source}) but not with {', '.join(blockers)}"
     if form == "fused":
