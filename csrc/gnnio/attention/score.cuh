@@ -22,6 +22,7 @@
 #include "gnnio/common/cuda_check.h"
 #include "gnnio/common/item_offsets.cuh"
 #include "gnnio/common/vec.cuh"
+#include "gnnio/common/workspace.h"
 
 namespace gnnio::attention_detail {
 
@@ -546,9 +547,6 @@ inline int blocks_for(int64_t threads, int64_t block = kThreads) {
   return static_cast<int>(b < 1 ? 1 : (b > (1 << 30) ? (1 << 30) : b));
 }
 
-// Pieces carved out of a launcher's workspace after its float partials start on 256-byte
-// boundaries (cudaMalloc's own alignment), whatever the partials' size.
-inline size_t workspace_align(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Calls fn(std::integral_constant<int, L>, std::integral_constant<int, CPL>): CPL channels per
 // lane (4: 16 bytes of float32, 8 of a 16-bit type; 8 when a head exceeds 128 channels), L the

@@ -1,6 +1,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "gnnio/common/cuda_check.h"
+#include "gnnio/common/workspace.h"
 #include "gnnio/graph/csr.h"
 
 namespace gnnio {
@@ -55,11 +56,9 @@ size_t cub_bytes(const CsrBuildParams& p) {
   return bytes;
 }
 
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-
 template <typename index_t>
 size_t workspace_bytes(const CsrBuildParams& p) {
-  return 2 * align256(sizeof(index_t) * p.num_edges) + cub_bytes<index_t>(p);
+  return 2 * workspace_align(sizeof(index_t) * p.num_edges) + cub_bytes<index_t>(p);
 }
 
 template <typename index_t>
@@ -68,8 +67,8 @@ void build(const CsrBuildParams& p, void* workspace, size_t bytes, cudaStream_t 
               "csr_build_cuda: workspace too small");
   auto* base = static_cast<char*>(workspace);
   auto* sorted_row = reinterpret_cast<index_t*>(base);
-  auto* iota = reinterpret_cast<index_t*>(base + align256(sizeof(index_t) * p.num_edges));
-  void* temp = base + 2 * align256(sizeof(index_t) * p.num_edges);
+  auto* iota = reinterpret_cast<index_t*>(base + workspace_align(sizeof(index_t) * p.num_edges));
+  void* temp = base + 2 * workspace_align(sizeof(index_t) * p.num_edges);
   size_t temp_bytes = cub_bytes<index_t>(p);
 
   if (p.num_edges > 0) {

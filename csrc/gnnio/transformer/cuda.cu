@@ -29,8 +29,10 @@
 #include <cmath>
 #include <cub/device/device_select.cuh>
 
+#include "gnnio/common/cp_async.cuh"
 #include "gnnio/common/cuda_check.h"
 #include "gnnio/common/item_offsets.cuh"
+#include "gnnio/common/workspace.h"
 #include "gnnio/transformer/params.h"
 
 namespace gnnio {
@@ -122,24 +124,15 @@ __device__ inline void load_rows(float4 (&xr)[8], const index_t* __restrict__ co
 template <typename index_t>
 __device__ inline void copy_indices(index_t* staged, const index_t* __restrict__ col, int64_t base,
                                     int64_t end, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if (lane < kChunk && base + lane < end) {
-    const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(staged + lane));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(col + base + lane),
-                 "n"(sizeof(index_t)));
-  }
-  asm volatile("cp.async.commit_group;\n" ::);
-#else  // (no cp.async before sm_80: a plain copy, so TORCH_CUDA_ARCH_LIST < 8.0 still builds)
-  if (lane < kChunk && base + lane < end) staged[lane] = col[base + lane];
-#endif
+  if (lane < kChunk && base + lane < end)
+    cp_async_small<sizeof(index_t)>(staged + lane, col + base + lane);
+  cp_async_commit();
 }
 
-// Each lane waits for its own copies (cp.async.wait_group orders only the executing thread's);
-// the __syncwarp then makes every lane's copies visible to the whole warp.
+// Each lane waits for its own copies (cp.async's waits order only the executing thread's); the
+// __syncwarp then makes every lane's copies visible to the whole warp.
 __device__ inline void wait_indices() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#endif
+  cp_async_wait_all();
   __syncwarp();
 }
 
@@ -724,8 +717,6 @@ __global__ void __launch_bounds__(kThreads) heavy_value_kernel(TransformerFusedP
 
 bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 // Workspace: [item partials: num_items x H x (kF + 4) | heavy rows' q~, then x~: num_heavy (to
 // 32) x H x kF] floats, then 256-byte aligned: [item offsets | light rows | their count | CUB's
 // select temp].
@@ -737,12 +728,13 @@ Workspace workspace_of(const TransformerFusedParams& p) {
   Workspace w{};
   const int64_t heavy_rows = (p.split.num_heavy + kTileRows - 1) / kTileRows * kTileRows;
   w.heavy_rows_at = static_cast<size_t>(p.split.num_items) * p.heads * (kF + 4) * sizeof(float);
-  w.item_offsets_at =
-      align256(w.heavy_rows_at + static_cast<size_t>(heavy_rows) * p.heads * kHeadPitch * sizeof(float));
-  w.light_rows_at = align256(w.item_offsets_at + item_offsets_bytes(p.split));
+  w.item_offsets_at = workspace_align(
+      w.heavy_rows_at + static_cast<size_t>(heavy_rows) * p.heads * kHeadPitch * sizeof(float));
+  w.light_rows_at = workspace_align(w.item_offsets_at + item_offsets_bytes(p.split));
   const bool int32 = p.index_type == IndexType::kInt32;
-  w.count_at = align256(w.light_rows_at + p.num_dst * (int32 ? sizeof(int32_t) : sizeof(int64_t)));
-  w.temp_at = align256(w.count_at + sizeof(int64_t));
+  w.count_at =
+      workspace_align(w.light_rows_at + p.num_dst * (int32 ? sizeof(int32_t) : sizeof(int64_t)));
+  w.temp_at = workspace_align(w.count_at + sizeof(int64_t));
   w.temp_bytes = p.num_dst == 0 ? 0
                  : int32        ? select_temp_bytes<int32_t>(p.num_dst)
                                 : select_temp_bytes<int64_t>(p.num_dst);
