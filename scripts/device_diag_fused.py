@@ -5,6 +5,7 @@ rows (the rows come from `python -m gnnio.bench --layers TransformerConv` with
 GNNIO_TRANSFORMER_FORM set).
 
     python3 scripts/device_diag_fused.py [graph ...]
+    DIAG_BACKWARD=1 python3 scripts/device_diag_fused.py  # also one forward+backward's kernels
     python3 scripts/device_diag_fused.py --ncu [graph]  # one fused forward, for ncu -k fused_kernel
 """
 import os
@@ -52,6 +53,15 @@ def main():
                 torch.cuda.synchronize()
             print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8,
                                             max_name_column_width=90))
+            if os.environ.get("DIAG_BACKWARD") == "1":
+                # the training step's kernels (for the forward+backward bar): one call, all rows
+                with torch.profiler.profile(
+                        activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    both()
+                    torch.cuda.synchronize()
+                print(f"{form}: one forward+backward")
+                print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25,
+                                                max_name_column_width=90))
 
 
 if __name__ == "__main__":
