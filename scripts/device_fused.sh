@@ -42,17 +42,5 @@ for form in ${FORMS:-direct fused}; do
     > "$OUT/bench-$form.log" 2>&1 || echo "$form: stopped (rc $?)"
   echo "bench $form: $(( $(date +%s) - T0 )) s"
 done
-# PIPELINE_AB=1: the fused form again with GNNIO_FUSED_PIPELINE=1 (the kernel's loads issued
-# ahead, NOTES v24), rows in *-fused-pipelined-*, and its kernels by the profiler.
-if [ "${PIPELINE_AB:-0}" = 1 ]; then
-  GNNIO_TRANSFORMER_FORM=fused GNNIO_FUSED_PIPELINE=1 timeout "${BENCH_S:-120}" python3 -m gnnio.bench \
-    --warmup 3 --repeat 10 --no-plot --dtype float32 --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" \
-    --layers TransformerConv --out "$OUT/$card-transformer-fused-pipelined-float32.json" \
-    > "$OUT/bench-fused-pipelined.log" 2>&1 || echo "fused pipelined: stopped (rc $?)"
-  GNNIO_FUSED_PIPELINE=1 timeout "${DIAG_S:-60}" python3 scripts/device_diag_fused.py \
-    ${DIAG_GRAPHS:-powerlaw-1M-16M} > "$OUT/diag-fused-pipelined.log" 2>&1 || echo "diag pipelined: stopped"
-  grep -E "fused: forward|fused_kernel" "$OUT/diag-fused-pipelined.log" | cut -c1-160
-  echo "pipelined: $(( $(date +%s) - T0 )) s"
-fi
 echo "=== rows"; grep -hE "TransformerConv" "$OUT"/$card-transformer-*.md | cut -c1-220
 exit 0

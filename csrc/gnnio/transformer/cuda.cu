@@ -47,7 +47,7 @@ constexpr int kHeadPitch = kF;
 constexpr int kRowPitch = 580;
 constexpr int kQueryPitch = kHC + 4;  // the query tile's rows: 16-byte loads of 8 rows, 32 banks
 constexpr int kWarpStage = kChunk * 4;  // a warp's chunk weights, [slot][head]
-// kPipelined: each warp's next-chunk column indices (int64 at most), after the warps' stages.
+// Each warp's next-chunk column indices (int64 at most), after the warps' stages.
 constexpr int kWarpIndices = kChunk * 2;
 constexpr int kRowFloats = kTileRows * kRowPitch;
 constexpr int kScratchFloats =
@@ -120,7 +120,7 @@ __device__ inline void load_rows(float4 (&xr)[8], const index_t* __restrict__ co
 
 // The chunk's column indices copied into the warp's stage by the copy engine (cp.async: no
 // register waits for them), lane j < 8 slot base + j's; issued a chunk's scores ahead of the
-// rows they address (kPipelined). wait_indices makes them visible to the warp.
+// rows they address. wait_indices makes them visible to the warp.
 template <typename index_t>
 __device__ inline void copy_indices(index_t* staged, const index_t* __restrict__ col, int64_t base,
                                     int64_t end, int lane) {
@@ -150,12 +150,12 @@ __device__ inline void load_rows_at(float4 (&xr)[8], const index_t* staged,
 // of [next_begin, next_end) instead (the warp's next row: one memory latency less a row). On
 // return every lane holds m and the row's running sum s per head, and acc = its 4 features
 // (4 lane .. 4 lane + 3) of each head's unnormalised x~.
-// kPipelined (GNNIO_FUSED_PIPELINE=1; from a helper's SASS count of c820efe, bench/NOTES.md
-// v23b; NOT YET RUN ON A GPU): the next chunk's column indices are copied into the warp's stage
-// (cp.async) before this chunk's scores, instead of loaded where its rows are (each index load
-// was used 8-20 instructions after issue: a memory latency a chunk). Held in registers across
-// the scores instead, they made ptxas spill 40 bytes. The same arithmetic: the same bits.
-template <bool kPipelined, typename index_t, int H>
+// The next chunk's column indices are copied into the warp's stage (cp.async) before this
+// chunk's scores, not loaded where its rows are: each index load was used 8-20 instructions
+// after issue, a memory latency a chunk (a helper's SASS count, bench/NOTES.md v23b; v24
+// measured the kernel 5.66 -> 5.40 ms on an H100). Held in registers across the scores instead,
+// they made ptxas spill 40 bytes.
+template <typename index_t, int H>
 __device__ void walk_registers(const float* qt, float* stage, index_t* staged,
                                const index_t* __restrict__ col,
                                const float* __restrict__ x, int64_t begin, int64_t end,
@@ -172,7 +172,7 @@ __device__ void walk_registers(const float* qt, float* stage, index_t* staged,
   }
   float m_mine = -INFINITY, s_mine = 0.f;
   for (int64_t base = begin; base < end; base += kChunk) {
-    if constexpr (kPipelined) {  // the next chunk's: this row's, or the warp's next row's first
+    {  // the next chunk's: this row's, or the warp's next row's first
       const bool more = base + kChunk < end;
       copy_indices(staged, col, more ? base + kChunk : next_begin, more ? end : next_end, lane);
     }
@@ -204,15 +204,9 @@ __device__ void walk_registers(const float* qt, float* stage, index_t* staged,
     for (int h = 0; h < H; ++h) rh[h] = __shfl_sync(0xffffffffu, r, h << kShift);
     __syncwarp();
     float4 xn[8];
-    if constexpr (kPipelined) {
-      wait_indices();
-      if (base + kChunk < end) load_rows_at(xn, staged, x, base + kChunk, end, lane);
-      else load_rows_at(xn, staged, x, next_begin, next_end, lane);
-    } else if (base + kChunk < end) {
-      load_rows(xn, col, x, base + kChunk, end, lane);
-    } else {
-      load_rows(xn, col, x, next_begin, next_end, lane);
-    }
+    wait_indices();
+    if (base + kChunk < end) load_rows_at(xn, staged, x, base + kChunk, end, lane);
+    else load_rows_at(xn, staged, x, next_begin, next_end, lane);
 #pragma unroll
     for (int h = 0; h < H; ++h)
       for (int k = 0; k < 4; ++k) acc[h][k] = __fmul_rn(acc[h][k], rh[h]);
@@ -244,10 +238,10 @@ __device__ void walk_registers(const float* qt, float* stage, index_t* staged,
 
 // q~ = W_k,h^T q_h of 32 rows, q in shared memory at pitch kQueryPitch: warp w forms features
 // [16 w, 16 w + 16), a lane 4 of them for rows dg, dg + 8, dg + 16, dg + 24, 4 W_k rows and 4
-// rows' 4 queries a step (8 loads for 64 FFMA); row d's q~ goes to dst + d dst_pitch.
-// kPipelined: each step's W_k rows are loaded a step ahead (double-buffered; not yet run on a
-// GPU), not where they are used.
-template <int H, bool kPipelined = false>
+// rows' 4 queries a step (8 loads for 64 FFMA); row d's q~ goes to dst + d dst_pitch. Each step's
+// W_k rows are loaded a step ahead (double-buffered): each was used 15-45 instructions after
+// issue, an L2 latency a step.
+template <int H>
 __device__ void tile_query_t(const float* qs, const float* __restrict__ w_key, float* dst,
                              int64_t dst_pitch, int warp, int lane) {
   constexpr int C = kHC / H;
@@ -259,12 +253,11 @@ __device__ void tile_query_t(const float* qs, const float* __restrict__ w_key, f
   for (int h = 0; h < H; ++h) {
     float a[4][4] = {};
     float4 w[4];
-    if constexpr (kPipelined) load_w(h, 0, w);
+    load_w(h, 0, w);
 #pragma unroll 2
     for (int c = 0; c < C; c += 4) {
       float4 qv[4], w_next[4];
-      if constexpr (kPipelined) load_w(h, c + 4 < C ? c + 4 : c, w_next);
-      else load_w(h, c, w);
+      load_w(h, c + 4 < C ? c + 4 : c, w_next);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         qv[i] = *reinterpret_cast<const float4*>(qs + (dg + 8 * i) * kQueryPitch + h * C + c);
@@ -278,10 +271,8 @@ __device__ void tile_query_t(const float* qs, const float* __restrict__ w_key, f
           a[i][2] = __fmaf_rn(q, w[k].z, a[i][2]);
           a[i][3] = __fmaf_rn(q, w[k].w, a[i][3]);
         }
-      if constexpr (kPipelined) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) w[k] = w_next[k];
-      }
+      for (int k = 0; k < 4; ++k) w[k] = w_next[k];
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -339,9 +330,9 @@ __device__ inline float key_shift(const float* q, const float* __restrict__ b_ke
 
 // Phase 3's products for rows dg, dg + 8, dg + 16, dg + 24 of a tile of x~ at kRowPitch (head
 // h's x~ at h x kF): a[i][k] = sum_f x~_i,h[f] W_v[h C + c][f] for outputs o0 .. o0 + 3
-// (o0 = 16 warp + 4 (lane % 4), head o0 / C), f ascending.
-// kPipelined: each step's W_v rows loaded a step ahead, as tile_query_t's.
-template <int H, bool kPipelined = false>
+// (o0 = 16 warp + 4 (lane % 4), head o0 / C), f ascending; each step's W_v rows loaded a step
+// ahead, as tile_query_t's.
+template <int H>
 __device__ void tile_value(const float* xt, const float* __restrict__ w_value_t, int warp,
                            int lane, float (&a)[4][4]) {
   constexpr int C = kHC / H;
@@ -354,12 +345,11 @@ __device__ void tile_value(const float* xt, const float* __restrict__ w_value_t,
   for (int i = 0; i < 4; ++i)
     for (int k = 0; k < 4; ++k) a[i][k] = 0.f;
   float4 w[4];
-  if constexpr (kPipelined) load_w(0, w);
+  load_w(0, w);
 #pragma unroll 2
   for (int f = 0; f < kF; f += 4) {
     float4 w_next[4];
-    if constexpr (kPipelined) load_w(f + 4 < kF ? f + 4 : f, w_next);
-    else load_w(f, w);
+    load_w(f + 4 < kF ? f + 4 : f, w_next);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float4 xv = *reinterpret_cast<const float4*>(xt + (dg + 8 * i) * kRowPitch + h * kF + f);
@@ -372,10 +362,8 @@ __device__ void tile_value(const float* xt, const float* __restrict__ w_value_t,
         a[i][3] = __fmaf_rn(xk, w[k].w, a[i][3]);
       }
     }
-    if constexpr (kPipelined) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) w[k] = w_next[k];
-    }
+    for (int k = 0; k < 4; ++k) w[k] = w_next[k];
   }
 }
 
@@ -482,7 +470,7 @@ __device__ inline int sort_by_degree(const int64_t* begins, const int64_t* ends,
   return row;
 }
 
-template <bool kPipelined, typename index_t, int H>
+template <typename index_t, int H>
 __global__ void __launch_bounds__(kThreads, 2)
     fused_kernel(TransformerFusedParams p, int64_t tile_blocks, const index_t* __restrict__ light_rows,
                  const int64_t* __restrict__ light_count, float* part, const float* heavy_qt) {
@@ -517,8 +505,8 @@ __global__ void __launch_bounds__(kThreads, 2)
           ldg4(heavy_qt + it[0] * H * kHeadPitch + h * kHeadPitch + 4 * lane);
     __syncwarp();
     load_rows(xr, col, x, it[1], it[2], lane);
-    walk_registers<kPipelined, index_t, H>(qt, stage, staged, col, x, it[1], it[2], 0, 0, xr, scale,
-                                           lane, m, s, acc);
+    walk_registers<index_t, H>(qt, stage, staged, col, x, it[1], it[2], 0, 0, xr, scale, lane, m,
+                               s, acc);
     float* out = part + item * H * (kF + 4);  // (16-byte aligned for any H)
     for (int h = 0; h < H; ++h) {
       *reinterpret_cast<float4*>(out + h * kF + 4 * lane) =
@@ -559,8 +547,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                                static_cast<const float*>(p.b_key) + h * C)
                                 : 0.f;
   }
-  tile_query_t<H, kPipelined>(qs, static_cast<const float*>(p.w_key), rows, kRowPitch, warp,
-                              lane);  // phase 1
+  tile_query_t<H>(qs, static_cast<const float*>(p.w_key), rows, kRowPitch, warp, lane);  // phase 1
   __syncthreads();
   // phase 2: the rows' walks in decreasing degree, each warp taking the next row when it is done
   // with one (a longest-first schedule: light rows run from 1 to light_max_degree slots, and a
@@ -578,9 +565,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int dn = has_next ? by_degree[next] : 0;
     const int64_t row = tile_rows[d];
     float* qt = rows + d * kRowPitch;
-    walk_registers<kPipelined, index_t, H>(qt, stage, staged, col, x, begins[d], ends[d],
-                                           has_next ? begins[dn] : 0,
-                               has_next ? ends[dn] : 0, xr, scale, lane, m, s, acc);
+    walk_registers<index_t, H>(qt, stage, staged, col, x, begins[d], ends[d],
+                               has_next ? begins[dn] : 0, has_next ? ends[dn] : 0, xr, scale, lane,
+                               m, s, acc);
     auto finish = [&](int h) {
       const float sum = __fadd_rn(s[h], kEps);
       *reinterpret_cast<float4*>(qt + h * kF + 4 * lane) =
@@ -590,20 +577,16 @@ __global__ void __launch_bounds__(kThreads, 2)
         stats[(row * H + h) * 2 + 1] = sum;
       }
     };
-    if constexpr (kPipelined) {
-      // Unrolled before LLVM's GVN: otherwise `lane == h` rewrites m[h] as m[lane], a dynamically
-      // indexed array that ptxas left in local memory here (16-byte frame, STL.128 at the walk's
-      // end, LDL at each stats store; the default build's ptxas turned it into a select chain).
+    // Unrolled before LLVM's GVN: otherwise `lane == h` rewrites m[h] as m[lane], a dynamically
+    // indexed array that ptxas left in local memory here (16-byte frame, STL.128 at the walk's
+    // end, LDL at each stats store).
 #pragma unroll
-      for (int h = 0; h < H; ++h) finish(h);
-    } else {
-      for (int h = 0; h < H; ++h) finish(h);
-    }
+    for (int h = 0; h < H; ++h) finish(h);
     k = next;
   }
   __syncthreads();
   float a[4][4];  // phase 3: out = W_v x~ (+ b_v) (+ residual)
-  tile_value<H, kPipelined>(rows, static_cast<const float*>(p.w_value_t), warp, lane, a);
+  tile_value<H>(rows, static_cast<const float*>(p.w_value_t), warp, lane, a);
   for (int i = 0; i < 4; ++i) {
     const int64_t row = tile_rows[(lane >> 2) + 8 * i];
     if (row >= 0) store_out(p, row, 16 * warp + 4 * (lane & 3), a[i]);
@@ -761,7 +744,7 @@ void launch(const TransformerFusedParams& p, const Workspace& w, char* ws, cudaS
     heavy_query_kernel<H><<<static_cast<unsigned>(heavy_blocks), kThreads, 0, s>>>(p, heavy_rows_buf);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   }
-  auto kernel = p.pipelined ? fused_kernel<true, index_t, H> : fused_kernel<false, index_t, H>;
+  auto kernel = fused_kernel<index_t, H>;
   GNNIO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmemBytes)));
   // Two blocks an SM need 2 x 92 KB of its 228: ask for the largest shared-memory carveout

@@ -67,9 +67,6 @@ struct TransformerFusedParams {
 
   // CUDA: heavy rows walked in items (item_offsets is filled by the launcher, in its workspace)
   RowSplit split;
-  // CUDA: the fused kernel with its loads issued ahead (cuda.cu kPipelined; GNNIO_FUSED_PIPELINE=1,
-  // set by the binding; NOT YET RUN ON A GPU): the same arithmetic, the same bits.
-  bool pipelined = false;
 };
 
 void transformer_fused_forward_cpu(const TransformerFusedParams& p);
