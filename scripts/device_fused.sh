@@ -4,7 +4,8 @@
 # kernels by the profiler (scripts/device_diag_fused.py, DIAG_S); the fused kernel under ncu
 # (NCU_S, default off); then TransformerConv's rows on
 # GRAPHS per form in FORMS (each run has PyG's layer in the same process), BENCH_S each.
-# Results are named by the card (device_prefix). Pass GNNIO_COMMIT=<sent commit>.
+# Results are named by the card (device_prefix). Pass GNNIO_COMMIT=<sent commit>. DIAG_BACKWARD=1:
+# the diag also profiles one forward+backward per form.
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
@@ -42,5 +43,17 @@ for form in ${FORMS:-direct fused}; do
     > "$OUT/bench-$form.log" 2>&1 || echo "$form: stopped (rc $?)"
   echo "bench $form: $(( $(date +%s) - T0 )) s"
 done
+# AB_ENV="NAME=value" AB_NAME=tag: the fused form again with that variable set (an A/B build
+# selected per call by the binding), rows in *-fused-<tag>-*, and its kernels by the profiler.
+if [ -n "${AB_ENV:-}" ]; then
+  env GNNIO_TRANSFORMER_FORM=fused "$AB_ENV" timeout "${BENCH_S:-120}" python3 -m gnnio.bench \
+    --warmup 3 --repeat 10 --no-plot --dtype float32 --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" \
+    --layers TransformerConv --out "$OUT/$card-transformer-fused-${AB_NAME:-ab}-float32.json" \
+    > "$OUT/bench-fused-${AB_NAME:-ab}.log" 2>&1 || echo "fused ${AB_NAME:-ab}: stopped (rc $?)"
+  env "$AB_ENV" DIAG_BACKWARD=0 timeout "${DIAG_S:-60}" python3 scripts/device_diag_fused.py \
+    ${DIAG_GRAPHS:-powerlaw-1M-16M} > "$OUT/diag-fused-${AB_NAME:-ab}.log" 2>&1 || echo "diag ${AB_NAME:-ab}: stopped"
+  grep -E "fused: forward|fused_kernel" "$OUT/diag-fused-${AB_NAME:-ab}.log" | cut -c1-160
+  echo "${AB_NAME:-ab}: $(( $(date +%s) - T0 )) s"
+fi
 echo "=== rows"; grep -hE "TransformerConv" "$OUT"/$card-transformer-*.md | cut -c1-220
 exit 0
