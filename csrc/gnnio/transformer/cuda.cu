@@ -126,13 +126,13 @@ __device__ inline void load_rows(float4 (&xr)[8], const index_t* __restrict__ co
 #pragma unroll
       for (int j = 0; j < 8; ++j) xr[j] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int64_t k = base + j;
-    xr[j] = k < end ? ldg4(x + static_cast<int64_t>(col[k]) * kF + 4 * lane)
-                    : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < 8; ++j) {
+      const int64_t k = base + j;
+      xr[j] = k < end ? ldg4(x + static_cast<int64_t>(col[k]) * kF + 4 * lane)
+                      : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
 }
 
@@ -171,12 +171,12 @@ __device__ inline void load_rows_at(float4 (&xr)[8], const index_t* staged,
 #pragma unroll
       for (int j = 0; j < 8; ++j) xr[j] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
-    xr[j] = base + j < end ? ldg4(x + static_cast<int64_t>(staged[j]) * kF + 4 * lane)
-                           : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < 8; ++j)
+      xr[j] = base + j < end ? ldg4(x + static_cast<int64_t>(staged[j]) * kF + 4 * lane)
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 }
 
 // On entry xr holds the first chunk (load_rows); its last chunk's prefetch loads the first chunk
