@@ -61,18 +61,12 @@ def op(graph, ops, dtype, device, plan=None):
                           t["b_value"], t["residual"], t["query"].size(2) ** -0.5, plan)
 
 
-@pytest.mark.parametrize("clamp", [False, True], ids=["default", "clamped"])
 @pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("graph_name", ["random", "hub_in", "bipartite", "no_edges", "mixed"])
 @pytest.mark.parametrize("index", ["int32", "int64"])  # cp.async of 4 and of 8 bytes
-def test_cuda_fused_op_against_cpu_float64(monkeypatch, graph_name, heads, index, clamp):
+def test_cuda_fused_op_against_cpu_float64(graph_name, heads, index):
     """The CUDA kernel sums a score in a lane tree rather than the CPU's quarters (params.h): the
-    same rule, not the same bits. Both builds (GNNIO_FUSED_CLAMP=1: slots past a chunk's end
-    load its last row; an A/B build, not yet run on a GPU when written)."""
-    if clamp:
-        monkeypatch.setenv("GNNIO_FUSED_CLAMP", "1")
-    else:  # (an exported GNNIO_FUSED_CLAMP=1 would make both arms the clamped build)
-        monkeypatch.delenv("GNNIO_FUSED_CLAMP", raising=False)
+    same rule, not the same bits."""
     ei, (ns, nd) = FUSED_GRAPHS[graph_name]
     gen = torch.Generator().manual_seed(zlib.crc32(repr((graph_name, heads, index)).encode()))
     ops = operands(ns, nd, heads, gen)
@@ -96,38 +90,11 @@ def test_cuda_fused_op_against_cpu_float64(monkeypatch, graph_name, heads, index
         assert_no_worse_than_reference(a.cpu(), b, c, floor=floor)
 
 
-@pytest.mark.parametrize("heads", HEADS)
-@pytest.mark.parametrize("graph_name", ["hub_in", "mixed", "random"])
-@pytest.mark.parametrize("index", ["int32", "int64"])
-def test_cuda_fused_clamped_build_gives_the_same_values(monkeypatch, graph_name, heads, index):
-    """GNNIO_FUSED_CLAMP=1 gives slots past a chunk's end a real row and weight 0 instead of a
-    zero row: fma(0, x, acc) = acc, so out and stats are equal (torch.equal: a zero's sign may
-    differ)."""
-    ei, (ns, nd) = FUSED_GRAPHS[graph_name]
-    ops = operands(ns, nd, heads, torch.Generator().manual_seed(2))
-    graph = gnnio.Graph(ei.cuda(), size=(ns, nd))
-    if index == "int64":
-        csr = graph.csr_by_dst
-        graph.csr_by_dst = type(csr)(csr.rowptr.long(), csr.col.long(), csr.perm.long())
-    assert graph.csr_by_dst.col.dtype == getattr(torch, index)
-    plan = gnnio.plan.plan_attention(graph, heads * 128)
-    monkeypatch.delenv("GNNIO_FUSED_CLAMP", raising=False)
-    default = op(graph, ops, torch.float32, "cuda", plan)
-    monkeypatch.setenv("GNNIO_FUSED_CLAMP", "1")
-    clamped = op(graph, ops, torch.float32, "cuda", plan)
-    for a, b in zip(default, clamped):
-        assert torch.equal(a, b)
-
-
-@pytest.mark.parametrize("clamp", [False, True], ids=["default", "clamped"])
-def test_cuda_fused_op_takes_an_item_of_no_slots(monkeypatch, clamp):
+def test_cuda_fused_op_takes_an_item_of_no_slots():
     """A raw call whose heavy row has an item of no slots first (the planner makes none): the
     merge skips it (its max is -inf; merged, it made the row NaN), as the CPU op, which walks
-    the row whole, has nothing to skip. (The clamped build must load nothing for it.)"""
-    if clamp:
-        monkeypatch.setenv("GNNIO_FUSED_CLAMP", "1")
-    else:
-        monkeypatch.delenv("GNNIO_FUSED_CLAMP", raising=False)
+    the row whole, has nothing to skip. (The walk's loads must load nothing for it: they clamp
+    a chunk's slots to its last, and an empty item has none.)"""
     ei, (ns, nd) = FUSED_GRAPHS["hub_in"]
     gen = torch.Generator().manual_seed(1)
     ops = operands(ns, nd, 4, gen)

@@ -106,49 +106,35 @@ __device__ inline void reduce_scatter(float* v, int lane) {
   if constexpr (O > 1) reduce_scatter<(N > 1 ? N / 2 : 1), O / 2>(v, lane);
 }
 
-// Lane l's features 4 l .. 4 l + 3 of the chunk's 8 slots (zeros past end).
-// kClamped (GNNIO_FUSED_CLAMP=1; an A/B build, NOT YET RUN ON A GPU): slots past end load the
-// chunk's last slot's row instead of zeros (their weights are 0 and their scores -inf, so they
-// add fma(0, x, acc) = acc, up to the sign of a zero acc): no predicate and no zeroing a slot
-// (a chunk of the default walk spends ~30 CS2R and ~16 ISETP on them); one warp-uniform branch
-// for an empty range.
-template <bool kClamped, typename index_t>
+// Lane l's features 4 l .. 4 l + 3 of the chunk's 8 slots. Slots past end load the chunk's last
+// slot's row, not zeros: their weights are 0 and their scores -inf, so they add fma(0, x, acc) =
+// acc (up to the sign of a zero acc; x's non-finite values stay in the row they belong to). No
+// predicate and no zeroing a slot: the chunk loop 730 -> 647 instructions, the kernel 4.83 ->
+// 4.72 ms on the H200 (bench/NOTES.md v25); one warp-uniform branch for an empty range.
+template <typename index_t>
 __device__ inline void load_rows(float4 (&xr)[8], const index_t* __restrict__ col,
                                  const float* __restrict__ x, int64_t base, int64_t end, int lane) {
-  if constexpr (kClamped) {
-    if (base < end) {
+  if (base < end) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int64_t k = base + j < end ? base + j : end - 1;
-        xr[j] = ldg4(x + static_cast<int64_t>(col[k]) * kF + 4 * lane);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) xr[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < 8; ++j) {
+      const int64_t k = base + j < end ? base + j : end - 1;
+      xr[j] = ldg4(x + static_cast<int64_t>(col[k]) * kF + 4 * lane);
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int64_t k = base + j;
-      xr[j] = k < end ? ldg4(x + static_cast<int64_t>(col[k]) * kF + 4 * lane)
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    for (int j = 0; j < 8; ++j) xr[j] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
 // The chunk's column indices copied into the warp's stage by the copy engine (cp.async: no
 // register waits for them), lane j < 8 slot base + j's; issued a chunk's scores ahead of the
 // rows they address. wait_indices makes them visible to the warp.
-// kClamped: every lane j < 8 of a non-empty range copies slot min(base + j, end - 1)'s.
-template <bool kClamped, typename index_t>
+// Of a non-empty range, every lane j < 8 copies slot min(base + j, end - 1)'s (as load_rows).
+template <typename index_t>
 __device__ inline void copy_indices(index_t* staged, const index_t* __restrict__ col, int64_t base,
                                     int64_t end, int lane) {
-  if constexpr (kClamped) {
-    if (lane < kChunk && base < end)
-      cp_async_small<sizeof(index_t)>(staged + lane, col + (base + lane < end ? base + lane : end - 1));
-  } else if (lane < kChunk && base + lane < end) {
-    cp_async_small<sizeof(index_t)>(staged + lane, col + base + lane);
-  }
+  if (lane < kChunk && base < end)
+    cp_async_small<sizeof(index_t)>(staged + lane, col + (base + lane < end ? base + lane : end - 1));
   cp_async_commit();
 }
 
@@ -160,22 +146,15 @@ __device__ inline void wait_indices() {
 }
 
 // load_rows with the indices staged by copy_indices.
-template <bool kClamped, typename index_t>
+template <typename index_t>
 __device__ inline void load_rows_at(float4 (&xr)[8], const index_t* staged,
                                     const float* __restrict__ x, int64_t base, int64_t end, int lane) {
-  if constexpr (kClamped) {
-    if (base < end) {
+  if (base < end) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) xr[j] = ldg4(x + static_cast<int64_t>(staged[j]) * kF + 4 * lane);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) xr[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    for (int j = 0; j < 8; ++j) xr[j] = ldg4(x + static_cast<int64_t>(staged[j]) * kF + 4 * lane);
   } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      xr[j] = base + j < end ? ldg4(x + static_cast<int64_t>(staged[j]) * kF + 4 * lane)
-                             : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < 8; ++j) xr[j] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
@@ -188,7 +167,7 @@ __device__ inline void load_rows_at(float4 (&xr)[8], const index_t* staged,
 // after issue, a memory latency a chunk (a helper's SASS count, bench/NOTES.md v23b; v24
 // measured the kernel 5.66 -> 5.40 ms on an H100). Held in registers across the scores instead,
 // they made ptxas spill 40 bytes.
-template <bool kClamped, typename index_t, int H>
+template <typename index_t, int H>
 __device__ void walk_registers(const float* qt, float* stage, index_t* staged,
                                const index_t* __restrict__ col,
                                const float* __restrict__ x, int64_t begin, int64_t end,
@@ -207,7 +186,7 @@ __device__ void walk_registers(const float* qt, float* stage, index_t* staged,
   for (int64_t base = begin; base < end; base += kChunk) {
     {  // the next chunk's: this row's, or the warp's next row's first
       const bool more = base + kChunk < end;
-      copy_indices<kClamped>(staged, col, more ? base + kChunk : next_begin, more ? end : next_end, lane);
+      copy_indices(staged, col, more ? base + kChunk : next_begin, more ? end : next_end, lane);
     }
     float v[N];
 #pragma unroll
@@ -238,8 +217,8 @@ __device__ void walk_registers(const float* qt, float* stage, index_t* staged,
     __syncwarp();
     float4 xn[8];
     wait_indices();
-    if (base + kChunk < end) load_rows_at<kClamped>(xn, staged, x, base + kChunk, end, lane);
-    else load_rows_at<kClamped>(xn, staged, x, next_begin, next_end, lane);
+    if (base + kChunk < end) load_rows_at(xn, staged, x, base + kChunk, end, lane);
+    else load_rows_at(xn, staged, x, next_begin, next_end, lane);
 #pragma unroll
     for (int h = 0; h < H; ++h)
       for (int k = 0; k < 4; ++k) acc[h][k] = __fmul_rn(acc[h][k], rh[h]);
@@ -503,7 +482,7 @@ __device__ inline int sort_by_degree(const int64_t* begins, const int64_t* ends,
   return row;
 }
 
-template <bool kClamped, typename index_t, int H>
+template <typename index_t, int H>
 __global__ void __launch_bounds__(kThreads, 2)
     fused_kernel(TransformerFusedParams p, int64_t tile_blocks, const index_t* __restrict__ light_rows,
                  const int64_t* __restrict__ light_count, float* part, const float* heavy_qt) {
@@ -537,8 +516,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       *reinterpret_cast<float4*>(qt + h * kHeadPitch + 4 * lane) =
           ldg4(heavy_qt + it[0] * H * kHeadPitch + h * kHeadPitch + 4 * lane);
     __syncwarp();
-    load_rows<kClamped>(xr, col, x, it[1], it[2], lane);
-    walk_registers<kClamped, index_t, H>(qt, stage, staged, col, x, it[1], it[2], 0, 0, xr, scale, lane, m,
+    load_rows(xr, col, x, it[1], it[2], lane);
+    walk_registers<index_t, H>(qt, stage, staged, col, x, it[1], it[2], 0, 0, xr, scale, lane, m,
                                s, acc);
     float* out = part + item * H * (kF + 4);  // (16-byte aligned for any H)
     for (int h = 0; h < H; ++h) {
@@ -588,7 +567,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // during the current row's last. A row is walked whole by whichever warp takes it: the same
   // sums in the same order, so the bits do not depend on the schedule.
   int k = warp;  // the position in by_degree
-  if (k < num_rows) load_rows<kClamped>(xr, col, x, begins[by_degree[k]], ends[by_degree[k]], lane);
+  if (k < num_rows) load_rows(xr, col, x, begins[by_degree[k]], ends[by_degree[k]], lane);
   while (k < num_rows) {
     const int d = by_degree[k];
     int next = 0;
@@ -598,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int dn = has_next ? by_degree[next] : 0;
     const int64_t row = tile_rows[d];
     float* qt = rows + d * kRowPitch;
-    walk_registers<kClamped, index_t, H>(qt, stage, staged, col, x, begins[d], ends[d],
+    walk_registers<index_t, H>(qt, stage, staged, col, x, begins[d], ends[d],
                                has_next ? begins[dn] : 0, has_next ? ends[dn] : 0, xr, scale, lane,
                                m, s, acc);
     auto finish = [&](int h) {
@@ -777,7 +756,7 @@ void launch(const TransformerFusedParams& p, const Workspace& w, char* ws, cudaS
     heavy_query_kernel<H><<<static_cast<unsigned>(heavy_blocks), kThreads, 0, s>>>(p, heavy_rows_buf);
     GNNIO_CUDA_CHECK(cudaGetLastError());
   }
-  auto kernel = p.clamped ? fused_kernel<true, index_t, H> : fused_kernel<false, index_t, H>;
+  auto kernel = fused_kernel<index_t, H>;
   GNNIO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSmemBytes)));
   // Two blocks an SM need 2 x 92 KB of its 228: ask for the largest shared-memory carveout

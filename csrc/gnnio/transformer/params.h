@@ -67,9 +67,6 @@ struct TransformerFusedParams {
 
   // CUDA: heavy rows walked in items (item_offsets is filled by the launcher, in its workspace)
   RowSplit split;
-  // CUDA: slots past a chunk's end load its last slot's row (cuda.cu kClamped; GNNIO_FUSED_CLAMP=1,
-  // set by the binding; an A/B build, NOT YET RUN ON A GPU): the same values, up to zeros' signs.
-  bool clamped = false;
 };
 
 void transformer_fused_forward_cpu(const TransformerFusedParams& p);

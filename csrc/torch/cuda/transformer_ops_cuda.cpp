@@ -3,9 +3,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <cstdlib>
-#include <string>
-
 #include "../transformer_common.h"
 
 namespace gnnio::binding {
@@ -25,8 +22,6 @@ std::tuple<at::Tensor, at::Tensor> transformer_fused_forward_cuda_impl(
   auto p = transformer_fused_params(rowptr, col, o.x, o.query, o.w_key, o.w_value_t, o.b_value,
                                     o.residual, o.b_key, scale, out, stats);
   p.split = row_split_of(heavy_rows, heavy_items, light_max_degree, x, "transformer_fused_forward");
-  const char* clamp = std::getenv("GNNIO_FUSED_CLAMP");  // "1": the A/B build
-  p.clamped = clamp && std::string(clamp) == "1";
   translate_errors([&] {
     auto ws = at::empty({static_cast<int64_t>(transformer_fused_cuda_workspace_bytes(p))},
                         x.options().dtype(at::kByte));
