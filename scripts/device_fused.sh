@@ -43,8 +43,9 @@ for form in ${FORMS:-direct fused}; do
     > "$OUT/bench-$form.log" 2>&1 || echo "$form: stopped (rc $?)"
   echo "bench $form: $(( $(date +%s) - T0 )) s"
 done
-# AB_ENV="NAME=value" AB_NAME=tag: the fused form again with that variable set (an A/B build
-# selected per call by the binding), rows in *-fused-<tag>-*, and its kernels by the profiler.
+# AB_ENV="NAME=value" AB_NAME=tag: the fused form again with that variable set (for an A/B build
+# that the binding selects by it; none does now), rows in *-fused-<tag>-*, and its kernels by the
+# profiler.
 if [ -n "${AB_ENV:-}" ]; then
   env GNNIO_TRANSFORMER_FORM=fused "$AB_ENV" timeout "${BENCH_S:-120}" python3 -m gnnio.bench \
     --warmup 3 --repeat 10 --no-plot --dtype float32 --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" \

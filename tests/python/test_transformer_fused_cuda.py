@@ -90,6 +90,35 @@ def test_cuda_fused_op_against_cpu_float64(graph_name, heads, index):
         assert_no_worse_than_reference(a.cpu(), b, c, floor=floor)
 
 
+@pytest.mark.parametrize("bad", [math.inf, math.nan], ids=["inf", "nan"])
+def test_cuda_fused_op_keeps_non_finite_rows_to_their_destinations(bad):
+    """A source row of x with a non-finite feature, chosen as the last slot of a light row's
+    partial chunk (the walk loads that slot's row again for the chunk's slots past the end, at
+    weight 0); it feeds heavy rows' items too. The destinations it feeds may turn non-finite; every
+    other row's out and stats are finite and match the CPU op on the same input (PYG_CONTRACTS:
+    NaN / inf confined to the affected destination rows)."""
+    ei, (ns, nd) = FUSED_GRAPHS["mixed"]
+    ops = operands(ns, nd, 4, torch.Generator().manual_seed(3))
+    graph_cpu = gnnio.Graph(ei, size=(ns, nd))
+    csr = graph_cpu.csr_by_dst
+    degree = csr.rowptr[1:] - csr.rowptr[:-1]
+    row = int(torch.nonzero((degree % 8 != 0) & (degree > 8) & (degree <= 20))[0])
+    source = int(csr.col[csr.rowptr[row + 1] - 1])
+    ops["x"][source, 5] = bad
+    affected = torch.zeros(nd, dtype=torch.bool)
+    affected[ei[1][ei[0] == source]] = True
+    assert affected[row] and not affected.all()
+    graph = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    out, stats = op(graph, ops, torch.float32, "cuda", gnnio.plan.plan_attention(graph, 4 * 128))
+    ref_out, ref_stats = op(graph_cpu, ops, torch.float64, "cpu")
+    ok = ~affected
+    for a, c in ((out.cpu(), ref_out), (stats.cpu(), ref_stats)):
+        assert torch.isfinite(a[ok]).all() and torch.isfinite(c[ok]).all()
+        floor = 4 * math.sqrt(2000) * EPS32 * max(c[ok].abs().max().item(), 1.0)
+        torch.testing.assert_close(a[ok].double(), c[ok], rtol=0, atol=floor)
+    assert not torch.isfinite(out.cpu()[row]).all()  # (the input reaches the row it feeds)
+
+
 def test_cuda_fused_op_takes_an_item_of_no_slots():
     """A raw call whose heavy row has an item of no slots first (the planner makes none): the
     merge skips it (its max is -inf; merged, it made the row NaN), as the CPU op, which walks

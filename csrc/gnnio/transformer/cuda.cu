@@ -14,8 +14,9 @@
 //   2. The warps walk the tile's rows longest first, each taking the next row when done with
 //      one, kTransformerChunk slots at a time (walk_registers): lane l holds
 //      features 4 l .. 4 l + 3 of q~ and of each of the chunk's slots, so x_j is read from
-//      memory once per edge for all heads and nothing is staged; the next chunk's loads are
-//      issued before the chunk's sums.
+//      memory once per edge for all heads and no x row is staged (only the next chunk's column
+//      indices, by cp.async into the warp's stage); the next chunk's loads are issued before the
+//      chunk's sums, and slots past a range's end load its last slot's row (weight 0).
 //   3. out = W_v,h x~_h (+ b_v) (+ residual), x~ in shared memory where q~ was: warp w owns
 //      outputs [16w, 16w + 16), a lane 4 of them for 4 rows (tile_value).
 // Blocks past the tiles take heavy rows' items (one warp an item: q~ of its row from
