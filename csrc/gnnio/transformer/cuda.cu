@@ -151,10 +151,10 @@ template <typename index_t>
 __device__ inline void load_rows_at(float4 (&xr)[8], const index_t* staged,
                                     const float* __restrict__ x, int64_t base, int64_t end, int lane) {
   if (base < end) {
-    // With 32-bit indices, x_lane opaque to the optimizer: each address is then one IMAD.WIDE
-    // (index x 512 + x_lane), where the folded form took an IMAD.WIDE, a LOP3 and a LEA pair
-    // (24 instructions a chunk; the tile walk's chunk loop 647 -> 601). With 64-bit indices it
-    // spilled 12 bytes, so they keep the folded form.
+    // With 32-bit indices, x_lane opaque to NVVM: each address is then one IMAD.WIDE (index x
+    // 512 + x_lane), where the folded form took an IMAD.WIDE, a LOP3 and a LEA pair (~22
+    // instructions a chunk; the tile walk's loop, which holds this block twice, 647 -> 601).
+    // With 64-bit indices it spilled 12 bytes, so they keep the folded form.
     const float* x_lane = x + 4 * lane;
     if constexpr (sizeof(index_t) == 4) asm("" : "+l"(x_lane));
 #pragma unroll
