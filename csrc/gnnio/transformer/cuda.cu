@@ -255,6 +255,21 @@ __device__ void walk_registers(const float* qt, float* stage, index_t* staged,
   }
 }
 
+// One step of phases 1 and 3's tile products: a[i][o] += sum_k get(x[i], k) w[k].o, k ascending,
+// for 4 rows (i) and 4 outputs (o).
+__device__ inline void tile_fma_step(float (&a)[4][4], const float4 (&x)[4], const float4 (&w)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float xk = get(x[i], k);
+      a[i][0] = __fmaf_rn(xk, w[k].x, a[i][0]);
+      a[i][1] = __fmaf_rn(xk, w[k].y, a[i][1]);
+      a[i][2] = __fmaf_rn(xk, w[k].z, a[i][2]);
+      a[i][3] = __fmaf_rn(xk, w[k].w, a[i][3]);
+    }
+}
+
 // q~ = W_k,h^T q_h of 32 rows, q in shared memory at pitch kQueryPitch: warp w forms features
 // [16 w, 16 w + 16), a lane 4 of them for rows dg, dg + 8, dg + 16, dg + 24, 4 W_k rows and 4
 // rows' 4 queries a step (8 loads for 64 FFMA); row d's q~ goes to dst + d dst_pitch. Each step's
@@ -280,16 +295,7 @@ __device__ void tile_query_t(const float* qs, const float* __restrict__ w_key, f
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         qv[i] = *reinterpret_cast<const float4*>(qs + (dg + 8 * i) * kQueryPitch + h * C + c);
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float q = get(qv[i], k);
-          a[i][0] = __fmaf_rn(q, w[k].x, a[i][0]);
-          a[i][1] = __fmaf_rn(q, w[k].y, a[i][1]);
-          a[i][2] = __fmaf_rn(q, w[k].z, a[i][2]);
-          a[i][3] = __fmaf_rn(q, w[k].w, a[i][3]);
-        }
+      tile_fma_step(a, qv, w);
 #pragma unroll
       for (int k = 0; k < 4; ++k) w[k] = w_next[k];
     }
@@ -369,18 +375,11 @@ __device__ void tile_value(const float* xt, const float* __restrict__ w_value_t,
   for (int f = 0; f < kF; f += 4) {
     float4 w_next[4];
     load_w(f + 4 < kF ? f + 4 : f, w_next);
+    float4 xv[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 xv = *reinterpret_cast<const float4*>(xt + (dg + 8 * i) * kRowPitch + h * kF + f);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float xk = get(xv, k);
-        a[i][0] = __fmaf_rn(xk, w[k].x, a[i][0]);
-        a[i][1] = __fmaf_rn(xk, w[k].y, a[i][1]);
-        a[i][2] = __fmaf_rn(xk, w[k].z, a[i][2]);
-        a[i][3] = __fmaf_rn(xk, w[k].w, a[i][3]);
-      }
-    }
+    for (int i = 0; i < 4; ++i)
+      xv[i] = *reinterpret_cast<const float4*>(xt + (dg + 8 * i) * kRowPitch + h * kF + f);
+    tile_fma_step(a, xv, w);
 #pragma unroll
     for (int k = 0; k < 4; ++k) w[k] = w_next[k];
   }
