@@ -36,21 +36,24 @@ if [ "${NCU_S:-0}" -gt 0 ]; then
   grep -E "Duration|Throughput|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued|Issue Slots Busy|No Eligible|Stall|Registers Per|Shared Memory Config" "$OUT/ncu-fused.txt" | head -40
   echo "ncu: $(( $(date +%s) - T0 )) s"
 fi
+# TransformerConv's rows, tagged $1, with the settings (NAME=value) that follow.
+bench_rows() {
+  local tag=$1
+  shift
+  env "$@" timeout "${BENCH_S:-120}" python3 -m gnnio.bench --warmup 3 --repeat 10 --no-plot \
+    --dtype float32 --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" --layers TransformerConv \
+    --out "$OUT/$card-transformer-$tag-float32.json" > "$OUT/bench-$tag.log" 2>&1 \
+    || echo "$tag: stopped (rc $?)"
+}
 for form in ${FORMS:-direct fused}; do
-  GNNIO_TRANSFORMER_FORM=$form timeout "${BENCH_S:-120}" python3 -m gnnio.bench --warmup 3 \
-    --repeat 10 --no-plot --dtype float32 --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" \
-    --layers TransformerConv --out "$OUT/$card-transformer-$form-float32.json" \
-    > "$OUT/bench-$form.log" 2>&1 || echo "$form: stopped (rc $?)"
+  bench_rows "$form" GNNIO_TRANSFORMER_FORM="$form"
   echo "bench $form: $(( $(date +%s) - T0 )) s"
 done
 # AB_ENV="NAME=value" AB_NAME=tag: the fused form again with that variable set (for an A/B build
 # that the binding selects by it; none does now), rows in *-fused-<tag>-*, and its kernels by the
 # profiler.
 if [ -n "${AB_ENV:-}" ]; then
-  env GNNIO_TRANSFORMER_FORM=fused "$AB_ENV" timeout "${BENCH_S:-120}" python3 -m gnnio.bench \
-    --warmup 3 --repeat 10 --no-plot --dtype float32 --graphs "${GRAPHS:-powerlaw-1M-16M,uniform-200K-10M}" \
-    --layers TransformerConv --out "$OUT/$card-transformer-fused-${AB_NAME:-ab}-float32.json" \
-    > "$OUT/bench-fused-${AB_NAME:-ab}.log" 2>&1 || echo "fused ${AB_NAME:-ab}: stopped (rc $?)"
+  bench_rows "fused-${AB_NAME:-ab}" GNNIO_TRANSFORMER_FORM=fused "$AB_ENV"
   env "$AB_ENV" DIAG_BACKWARD=0 timeout "${DIAG_S:-60}" python3 scripts/device_diag_fused.py \
     ${DIAG_GRAPHS:-powerlaw-1M-16M} > "$OUT/diag-fused-${AB_NAME:-ab}.log" 2>&1 || echo "diag ${AB_NAME:-ab}: stopped"
   grep -E "fused: forward|fused_kernel" "$OUT/diag-fused-${AB_NAME:-ab}.log" | cut -c1-160
