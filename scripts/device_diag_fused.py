@@ -50,7 +50,14 @@ def main():
 
             def both():
                 torch.autograd.grad(conv(xg, graph), inputs, gout)
-            print(f"{form}: forward {timed(fwd):.3f} ms, forward+backward {timed(both):.3f} ms")
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            fwd()
+            torch.cuda.synchronize()
+            peak = (torch.cuda.max_memory_allocated() - before) / 2**20  # with out, held after
+            print(f"{form}: forward {timed(fwd):.3f} ms, forward+backward {timed(both):.3f} ms, "
+                  f"forward's peak above its inputs {peak:.0f} MiB")
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                 for _ in range(3):
                     fwd()

@@ -172,6 +172,13 @@ TORCH_LIBRARY(gnnio, m) {
         "Tensor w_key, Tensor w_value_t, Tensor? b_value, Tensor? residual, float scale, "
         "Tensor? heavy_rows=None, Tensor? heavy_items=None, "
         "int light_max_degree=4611686018427387904, Tensor? b_key=None) -> (Tensor out, Tensor stats)");
+  // The same out written into residual ([N_dst, H C], contiguous) in place, and no stats: for a
+  // call without a backward (nothing reads them), which then needs no [N_dst, H C] buffer of its
+  // own and nothing written for rows without edges (out = residual there).
+  m.def("transformer_fused_inference(Tensor rowptr, Tensor col, Tensor x, Tensor query, "
+        "Tensor w_key, Tensor w_value_t, Tensor? b_value, Tensor(a!) residual, float scale, "
+        "Tensor? heavy_rows=None, Tensor? heavy_items=None, "
+        "int light_max_degree=4611686018427387904) -> ()");
   // out[c] = sum_r x[r, c] for a [rows, cols] x, in x's dtype, summed in float64 in a fixed
   // order (gnnio/dense/column_sum.h): the bias gradients.
   m.def("column_sum(Tensor x) -> Tensor");

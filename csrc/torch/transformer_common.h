@@ -12,13 +12,14 @@ namespace gnnio::binding {
 // Operands as the layer passes them: x [N_src, F], query [N_dst, H, C], w_key [H C, F],
 // w_value_t [F, H C], b_value [H C], residual [N_dst, H C]; all of one floating dtype and device,
 // contiguous (the caller's .contiguous(), alive while the kernel runs). out [N_dst, H, C] (the
-// layout of [N_dst, H C]) and stats [N_dst, H, 2] are allocated here.
+// layout of [N_dst, H C]) and stats [N_dst, H, 2] are allocated here; or, into_residual (the
+// inference op), out is residual itself, written in place, and no stats are formed (p.stats null).
 inline TransformerFusedParams transformer_fused_params(
     const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& x, const at::Tensor& query,
     const at::Tensor& w_key, const at::Tensor& w_value_t, const c10::optional<at::Tensor>& b_value,
     const c10::optional<at::Tensor>& residual, const c10::optional<at::Tensor>& b_key, double scale,
-    at::Tensor& out, at::Tensor& stats) {
-  constexpr const char* what = "transformer_fused_forward";
+    at::Tensor& out, at::Tensor& stats, bool into_residual = false) {
+  const char* what = into_residual ? "transformer_fused_inference" : "transformer_fused_forward";
   TORCH_CHECK_VALUE(query.dim() == 3, text(what, ": query must be [N_dst, H, C], got ",
                                            sizes_text(query.sizes())));
   const int64_t num_dst = query.size(0), H = query.size(1), C = query.size(2);
@@ -38,7 +39,7 @@ inline TransformerFusedParams transformer_fused_params(
   TORCH_CHECK_VALUE(!residual || (residual->dim() == 2 && residual->size(0) == num_dst &&
                                   residual->size(1) == H * C),
                     text(what, ": residual must be [N_dst, H C]"));
-  const ScalarType st = scalar_type_of(x, "transformer_fused_forward: x");
+  const ScalarType st = scalar_type_of(x, text(what, ": x").c_str());
   for (const at::Tensor* t : {&query, &w_key, &w_value_t}) {
     TORCH_CHECK_TYPE(t->scalar_type() == x.scalar_type(), text(what, ": every operand must be ",
                                                                dtype_text(x.scalar_type())));
@@ -55,8 +56,13 @@ inline TransformerFusedParams transformer_fused_params(
   TORCH_INTERNAL_ASSERT(x.is_contiguous());
   check_same_device(rowptr, "rowptr", x, "x");
   check_same_device(col, "col", x, "x");
-  out = at::empty({num_dst, H, C}, x.options());
-  stats = at::empty({num_dst, H, 2}, x.options());
+  if (into_residual) {
+    TORCH_INTERNAL_ASSERT(residual.has_value());
+    out = *residual;
+  } else {
+    out = at::empty({num_dst, H, C}, x.options());
+    stats = at::empty({num_dst, H, 2}, x.options());
+  }
   TransformerFusedParams p;
   p.rowptr = rowptr.data_ptr();
   p.col = col.data_ptr();
@@ -76,7 +82,7 @@ inline TransformerFusedParams transformer_fused_params(
   p.b_key = b_key ? b_key->data_ptr() : nullptr;
   p.scale = scale;
   p.out = out.data_ptr();
-  p.stats = stats.data_ptr();
+  p.stats = into_residual ? nullptr : stats.data_ptr();
   return p;
 }
 
@@ -106,5 +112,14 @@ struct TransformerFusedOperands {
     if (b_key_) b_key = prepare(*b_key_);
   }
 };
+
+// The inference op writes out into residual: it must be the tensor the kernel writes (contiguous,
+// and 16-byte aligned on CUDA), not a copy that TransformerFusedOperands would make of it.
+inline void check_residual_in_place(const at::Tensor& residual, bool align16) {
+  TORCH_CHECK_VALUE(residual.is_contiguous() &&
+                        (!align16 || reinterpret_cast<uintptr_t>(residual.data_ptr()) % 16 == 0),
+                    "transformer_fused_inference: residual must be contiguous",
+                    align16 ? " and 16-byte aligned" : "", " (out is written into it in place)");
+}
 
 }  // namespace gnnio::binding

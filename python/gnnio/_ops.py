@@ -156,6 +156,13 @@ def _transformer_fused_forward_fake(rowptr, col, x, query, w_key, w_value_t, b_v
     return x.new_empty(n, h, c), x.new_empty(n, h, 2)
 
 
+@torch.library.register_fake("gnnio::transformer_fused_inference")
+def _transformer_fused_inference_fake(rowptr, col, x, query, w_key, w_value_t, b_value, residual,
+                                      scale, heavy_rows=None, heavy_items=None,
+                                      light_max_degree=2**62):
+    return None
+
+
 @torch.library.register_fake("gnnio::column_sum")
 def _column_sum_fake(x):
     return x.new_empty(x.size(1))

@@ -18,50 +18,67 @@ struct Shape {
   int64_t num_src, num_dst, heads, channels, features;
 };
 
+// A random problem of one shape: an isolated destination (row 0), a row longer than two chunks
+// (row 1), rows of 0-6 edges with a duplicate edge each, float64 operands.
+struct Problem {
+  int64_t ns, nd, H, C, F, HC;
+  std::vector<int64_t> rowptr{0}, col;
+  std::vector<double> x, q, wk, wv, wvt, bv, res;
+
+  explicit Problem(const Shape& shape)
+      : ns(shape.num_src), nd(shape.num_dst), H(shape.heads), C(shape.channels), F(shape.features),
+        HC(H * C) {
+    std::mt19937_64 rng(std::random_device{}());
+    std::normal_distribution<double> normal;
+    std::uniform_int_distribution<int64_t> pick(0, ns - 1);
+    for (int64_t i = 0; i < nd; ++i) {
+      const int64_t deg = i == 0 ? 0 : i == 1 ? 3 * gnnio::kTransformerChunk + 5 : i % 7;
+      for (int64_t k = 0; k < deg; ++k) col.push_back(pick(rng));
+      if (deg > 1) col.back() = col[col.size() - 2];  // a duplicate edge
+      rowptr.push_back(static_cast<int64_t>(col.size()));
+    }
+    auto draw = [&](int64_t n) {
+      std::vector<double> v(n);
+      for (auto& e : v) e = normal(rng);
+      return v;
+    };
+    x = draw(ns * F), q = draw(nd * HC), wk = draw(HC * F), wv = draw(HC * F), bv = draw(HC),
+    res = draw(nd * HC);
+    wvt.resize(F * HC);
+    for (int64_t o = 0; o < HC; ++o)
+      for (int64_t f = 0; f < F; ++f) wvt[f * HC + o] = wv[o * F + f];
+  }
+
+  gnnio::TransformerFusedParams params(double* out, double* stats) const {
+    gnnio::TransformerFusedParams p;
+    p.rowptr = rowptr.data();
+    p.col = col.data();
+    p.scalar_type = gnnio::ScalarType::kFloat64;
+    p.num_dst = nd;
+    p.num_src = ns;
+    p.heads = H;
+    p.channels = C;
+    p.features = F;
+    p.x = x.data();
+    p.query = q.data();
+    p.w_key = wk.data();
+    p.w_value_t = wvt.data();
+    p.b_value = bv.data();
+    p.residual = res.data();
+    p.scale = 1.0 / std::sqrt(double(C));
+    p.out = out;
+    p.stats = stats;
+    return p;
+  }
+};
+
 class TransformerFusedCpu : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(TransformerFusedCpu, Float64MatchesTheDirectFormInLongDouble) {
-  const auto [ns, nd, H, C, F] = GetParam();
-  std::mt19937_64 rng(std::random_device{}());
-  std::normal_distribution<double> normal;
-  std::uniform_int_distribution<int64_t> pick(0, ns - 1);
-  std::vector<int64_t> rowptr{0}, col;
-  for (int64_t i = 0; i < nd; ++i) {
-    const int64_t deg = i == 0 ? 0 : i == 1 ? 3 * gnnio::kTransformerChunk + 5 : i % 7;
-    for (int64_t k = 0; k < deg; ++k) col.push_back(pick(rng));
-    if (deg > 1) col.back() = col[col.size() - 2];  // a duplicate edge
-    rowptr.push_back(static_cast<int64_t>(col.size()));
-  }
-  auto draw = [&](int64_t n) {
-    std::vector<double> v(n);
-    for (auto& e : v) e = normal(rng);
-    return v;
-  };
-  const int64_t HC = H * C;
-  auto x = draw(ns * F), q = draw(nd * HC), wk = draw(HC * F), wv = draw(HC * F), bv = draw(HC),
-       res = draw(nd * HC);
-  std::vector<double> wvt(F * HC);
-  for (int64_t o = 0; o < HC; ++o)
-    for (int64_t f = 0; f < F; ++f) wvt[f * HC + o] = wv[o * F + f];
+  const Problem pr(GetParam());
+  const auto& [ns, nd, H, C, F, HC, rowptr, col, x, q, wk, wv, wvt, bv, res] = pr;
   std::vector<double> out(nd * HC, -1), stats(nd * H * 2, -1);
-  gnnio::TransformerFusedParams p;
-  p.rowptr = rowptr.data();
-  p.col = col.data();
-  p.scalar_type = gnnio::ScalarType::kFloat64;
-  p.num_dst = nd;
-  p.num_src = ns;
-  p.heads = H;
-  p.channels = C;
-  p.features = F;
-  p.x = x.data();
-  p.query = q.data();
-  p.w_key = wk.data();
-  p.w_value_t = wvt.data();
-  p.b_value = bv.data();
-  p.residual = res.data();
-  p.scale = 1.0 / std::sqrt(double(C));
-  p.out = out.data();
-  p.stats = stats.data();
+  const gnnio::TransformerFusedParams p = pr.params(out.data(), stats.data());
   gnnio::transformer_fused_forward_cpu(p);
 
   auto project = [&](const std::vector<double>& w, int64_t j, int64_t o) {
@@ -107,6 +124,17 @@ TEST_P(TransformerFusedCpu, Float64MatchesTheDirectFormInLongDouble) {
       }
     }
   }
+}
+
+// Out written into the residual (the inference op's params: out == residual, no stats): the
+// separate out's values, bit for bit, rows without edges included.
+TEST_P(TransformerFusedCpu, OutInTheResidualWithoutStatsHasTheSameBits) {
+  Problem pr(GetParam());
+  std::vector<double> out(pr.nd * pr.HC, -1), stats(pr.nd * pr.H * 2, -1);
+  gnnio::transformer_fused_forward_cpu(pr.params(out.data(), stats.data()));
+  gnnio::TransformerFusedParams p = pr.params(pr.res.data(), nullptr);
+  gnnio::transformer_fused_forward_cpu(p);
+  for (int64_t k = 0; k < pr.nd * pr.HC; ++k) EXPECT_EQ(pr.res[k], out[k]) << "element " << k;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TransformerFusedCpu,

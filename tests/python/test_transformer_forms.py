@@ -286,6 +286,36 @@ def test_reassociated_inference_prepares_no_backward(monkeypatch, form):
     out.sum().backward()
 
 
+@pytest.mark.parametrize("opts", [{}, {"bias": False}, {"root_weight": False}, {"beta": True},
+                                  {"concat": False}], ids=["default", "no_bias", "no_root", "beta", "mean"])
+def test_fused_inference_writes_into_the_skip(monkeypatch, opts):
+    """Without a backward the fused form writes out into lin_skip's own output
+    (gnnio::transformer_fused_inference) where the skip is a plain sum (concatenated heads, no
+    beta): the training call's output bits, eager and under torch.compile(fullgraph=True); the
+    op that allocates out otherwise."""
+    from gnnio.nn.conv import _reassociated
+    monkeypatch.setenv(FORM, "fused")
+    into = []
+    real = _reassociated._fused_forward
+    monkeypatch.setattr(_reassociated, "_fused_forward",
+                        lambda *a: into.append(len(a) > 10 and a[10]) or real(*a))
+    gen = torch.Generator().manual_seed(17)
+    ei = torch.randint(50, (2, 300), generator=gen)
+    ei = ei[:, ei[1] % 7 != 0]  # rows without edges: out = the skip there
+    conv = gnnio.nn.TransformerConv(6, 4, heads=2, **opts)
+    x = torch.randn(50, 6, generator=gen)
+    ref = conv(x, ei)
+    assert into == [False]
+    with torch.no_grad():
+        out = conv(x, ei)
+        torch._dynamo.reset()
+        compiled = torch.compile(conv, fullgraph=True)(x, gnnio.Graph(ei, num_nodes=50))
+    plain_skip = opts.get("root_weight", True) and not opts.get("beta") and opts.get("concat", True)
+    assert into[1:] == [plain_skip] * 2
+    assert torch.equal(out, ref.detach())
+    torch.testing.assert_close(compiled, out, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("case", ["zero_nodes", "zero_sources"])
 def test_reassociated_backward_without_sources(monkeypatch, form, case):

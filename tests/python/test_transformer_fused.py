@@ -1,8 +1,10 @@
 """gnnio::transformer_fused_forward on the CPU (what CI runs of TransformerConv's fused form):
 the op against the direct form computed here in float64 (keys and values projected, PyG's
-softmax), its registration (opcheck), and bad input. The layer's fused form against PyG is in
+softmax), its registration (opcheck), and bad input; gnnio::transformer_fused_inference (out
+written into residual, no stats) against it. The layer's fused form against PyG is in
 test_transformer_forms.py; the CUDA kernel's tests in test_transformer_fused_cuda.py."""
 import math
+import zlib
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ import gnnio
 from graphs import adversarial, real
 
 OP = torch.ops.gnnio.transformer_fused_forward
+INFERENCE = torch.ops.gnnio.transformer_fused_inference
 
 
 def operands(ns, nd, heads, channels, features, gen, dtype=torch.float64):
@@ -92,6 +95,62 @@ def test_opcheck_transformer_fused_forward():
     x, q, wk, wvt, bv, res = operands(12, 12, 2, 3, 5, gen)
     torch.library.opcheck(OP.default, (csr.rowptr, csr.col, x, q, wk, wvt, bv, res, 0.5))
     torch.library.opcheck(OP.default, (csr.rowptr, csr.col, x, q, wk, wvt, None, None, 0.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("name,ei,n", [("cora",) + real("cora")] + adversarial(),
+                         ids=lambda c: c if isinstance(c, str) else "")
+def test_inference_op_writes_the_forward_ops_out_into_residual(name, ei, n, bias, dtype):
+    """The inference op leaves in residual the forward op's out, bit for bit (the same kernel,
+    the store's residual + v read from and written to one place), rows without edges included."""
+    graph = gnnio.Graph(ei, num_nodes=n)
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((name, bias, dtype)).encode()))
+    x, q, wk, wvt, bv, res = operands(n, n, 2, 3, 5, gen, dtype)
+    bv = bv if bias else None
+    csr = graph.csr_by_dst
+    out, _ = OP(csr.rowptr, csr.col, x, q, wk, wvt, bv, res, 0.5)
+    into = res.clone()
+    assert INFERENCE(csr.rowptr, csr.col, x, q, wk, wvt, bv, into, 0.5) is None
+    assert torch.equal(into, out.view(n, -1))
+
+
+def test_inference_op_bipartite_and_int32():
+    gen = torch.Generator().manual_seed(8)
+    ns, nd = 40, 15
+    ei = torch.stack([torch.randint(ns, (120,), generator=gen), torch.randint(nd, (120,), generator=gen)])
+    graph = gnnio.Graph(ei.int(), size=(ns, nd))
+    csr = graph.csr_by_dst
+    assert csr.rowptr.dtype == torch.int32
+    x, q, wk, wvt, bv, res = operands(ns, nd, 4, 2, 9, gen)
+    out, _ = OP(csr.rowptr, csr.col, x, q, wk, wvt, bv, res, 0.7)
+    INFERENCE(csr.rowptr, csr.col, x, q, wk, wvt, bv, res, 0.7)
+    assert torch.equal(res, out.view(nd, -1))
+
+
+def test_opcheck_transformer_fused_inference():
+    gen = torch.Generator().manual_seed(1)
+    ei = torch.randint(12, (2, 50), generator=gen)
+    graph = gnnio.Graph(ei, num_nodes=12)
+    csr = graph.csr_by_dst
+    x, q, wk, wvt, bv, res = operands(12, 12, 2, 3, 5, gen)
+    torch.library.opcheck(INFERENCE.default, (csr.rowptr, csr.col, x, q, wk, wvt, bv, res, 0.5))
+    torch.library.opcheck(INFERENCE.default, (csr.rowptr, csr.col, x, q, wk, wvt, None, res, 0.5))
+
+
+def test_inference_op_bad_residual():
+    """residual is where out goes: a non-contiguous one (which the op would have to copy, and
+    the copy would get out) is refused, as a wrong shape or dtype is."""
+    gen = torch.Generator().manual_seed(0)
+    graph = gnnio.Graph(torch.randint(6, (2, 20), generator=gen), num_nodes=6)
+    csr = graph.csr_by_dst
+    x, q, wk, wvt, bv, res = operands(6, 6, 2, 3, 5, gen)
+    with pytest.raises(ValueError, match="residual must be contiguous"):
+        INFERENCE(csr.rowptr, csr.col, x, q, wk, wvt, bv, torch.randn(6, 12, dtype=torch.float64)[:, ::2], 0.5)
+    with pytest.raises(ValueError, match="residual must be"):
+        INFERENCE(csr.rowptr, csr.col, x, q, wk, wvt, bv, res[:3], 0.5)
+    with pytest.raises(TypeError, match="every operand must be"):
+        INFERENCE(csr.rowptr, csr.col, x, q, wk, wvt, bv, res.float(), 0.5)
 
 
 def test_bad_input():

@@ -90,6 +90,31 @@ def test_cuda_fused_op_against_cpu_float64(graph_name, heads, index):
         assert_no_worse_than_reference(a.cpu(), b, c, floor=floor)
 
 
+@pytest.mark.parametrize("heads", HEADS)
+@pytest.mark.parametrize("graph_name", ["random", "hub_in", "bipartite", "no_edges", "mixed"])
+@pytest.mark.parametrize("index", ["int32", "int64"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_cuda_inference_op_writes_the_forward_ops_out_into_residual(graph_name, heads, index, bias):
+    """gnnio::transformer_fused_inference: the forward op's out, bit for bit, in residual (the
+    same kernels, no stats; rows without edges not written: out = residual there, the same
+    value), heavy rows' items and their merge included."""
+    ei, (ns, nd) = FUSED_GRAPHS[graph_name]
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((graph_name, heads, index, bias)).encode()))
+    ops = operands(ns, nd, heads, gen, bias=bias)
+    graph = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    if index == "int64":
+        csr = graph.csr_by_dst
+        graph.csr_by_dst = type(csr)(csr.rowptr.long(), csr.col.long(), csr.perm.long())
+    plan = gnnio.plan.plan_attention(graph, heads * 128)
+    t = {k: None if v is None else v.to("cuda", torch.float32) for k, v in ops.items()}
+    args = (graph, t["x"], t["query"], t["w_key"], t["b_key"], t["w_value_t"].t(), t["b_value"])
+    out, _ = _fused_forward(*args, t["residual"], 32 ** -0.5, plan)
+    into = t["residual"].clone()
+    out_into, stats = _fused_forward(*args, into, 32 ** -0.5, plan, True)
+    assert stats is None and out_into.data_ptr() == into.data_ptr()
+    assert torch.equal(into, out.view(nd, -1))
+
+
 @pytest.mark.parametrize("bad", [math.inf, math.nan], ids=["inf", "nan"])
 def test_cuda_fused_op_keeps_non_finite_rows_to_their_destinations(bad):
     """A source row of x with a non-finite feature, chosen as the last slot of a light row's

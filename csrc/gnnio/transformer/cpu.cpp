@@ -82,6 +82,7 @@ void forward(const TransformerFusedParams& p) {
         const scalar_t* s = &run[h * kChunk];
         const scalar_t sum = (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + eps;
         for (int64_t f = 0; f < F; ++f) xt[h * F + f] = acc[h * F + f] / sum;
+        if (!stats) continue;  // (transformer_fused_inference: nothing reads them)
         scalar_t shift = 0;  // the key bias's shift of the direct scores: q_h . b_k,h
         if (b_key)
           for (int64_t c = 0; c < C; ++c) shift += q[h * C + c] * b_key[h * C + c];
@@ -93,7 +94,7 @@ void forward(const TransformerFusedParams& p) {
         scalar_t v = 0;
         for (int64_t f = 0; f < F; ++f) v += xt[h * F + f] * w_value_t[f * HC + o];
         if (b_value && end > begin) v += b_value[o];
-        if (residual) v = residual[i * HC + o] + v;
+        if (residual) v = residual[i * HC + o] + v;  // (out may be residual: read, then written)
         out[i * HC + o] = v;
       }
     }

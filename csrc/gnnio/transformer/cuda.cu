@@ -385,7 +385,9 @@ __device__ void tile_value(const float* xt, const float* __restrict__ w_value_t,
   }
 }
 
-// out[row, o0 .. o0 + 3] = a (+ b_v) (+ residual), in that order.
+// out[row, o0 .. o0 + 3] = a (+ b_v) (+ residual), in that order. out may be residual itself
+// (transformer_fused_inference): each element is read here, then written, by this thread only,
+// so residual is loaded coherently (not through the read-only path, which assumes no writes).
 __device__ inline void store_out(const TransformerFusedParams& p, int64_t row, int o0,
                                  const float (&a)[4]) {
   float4 v = make_float4(a[0], a[1], a[2], a[3]);
@@ -397,7 +399,7 @@ __device__ inline void store_out(const TransformerFusedParams& p, int64_t row, i
     v.w = __fadd_rn(v.w, bias.w);
   }
   if (p.residual) {
-    const float4 res = ldg4(static_cast<const float*>(p.residual) + row * kHC + o0);
+    const float4 res = *reinterpret_cast<const float4*>(static_cast<const float*>(p.residual) + row * kHC + o0);
     v.x = __fadd_rn(res.x, v.x);
     v.y = __fadd_rn(res.y, v.y);
     v.z = __fadd_rn(res.z, v.z);
@@ -407,7 +409,9 @@ __device__ inline void store_out(const TransformerFusedParams& p, int64_t row, i
 }
 
 // Rows without edges: out = residual + 0 (or 0: the attention of no edges, no b_v), stats =
-// (scale q . b_k, 1e-16), as a walk of no slots would give. A warp takes 32 rows: lane i finds
+// (scale q . b_k, 1e-16), as a walk of no slots would give. Without stats and with out in
+// residual's place it is not launched; with out there only the stats are written (out keeps the
+// residual, where a -0 stays -0 and residual + 0 is +0: the same value). A warp takes 32 rows: lane i finds
 // whether row base + i is empty (one load of rowptr for the warp) and forms its stats, then the
 // warp writes the empty rows' outputs one after another (a warp a row was 0.35 ms on an H100:
 // 10^6 warps, each a few dependent memory latencies).
@@ -419,8 +423,8 @@ __global__ void __launch_bounds__(kThreads) empty_rows_kernel(TransformerFusedPa
   const int64_t mine = base + lane;
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
   const bool empty = mine < p.num_dst && rowptr[mine + 1] == rowptr[mine];
-  unsigned todo = __ballot_sync(0xffffffffu, empty);
-  if (empty) {
+  unsigned todo = p.out == p.residual ? 0u : __ballot_sync(0xffffffffu, empty);
+  if (empty && p.stats) {
     auto* stats = static_cast<float*>(p.stats);
     for (int h = 0; h < H; ++h) {
       const float shift = p.b_key ? key_shift<C>(static_cast<const float*>(p.query) + mine * kHC + h * C,
@@ -590,7 +594,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const float sum = __fadd_rn(s[h], kEps);
       *reinterpret_cast<float4*>(qt + h * kF + 4 * lane) =
           make_float4(acc[h][0] / sum, acc[h][1] / sum, acc[h][2] / sum, acc[h][3] / sum);
-      if (lane == h) {
+      if (lane == h && stats) {
         stats[(row * H + h) * 2] = __fadd_rn(m[h], __fmul_rn(scale, shifts[d * 4 + h]));
         stats[(row * H + h) * 2 + 1] = sum;
       }
@@ -682,7 +686,7 @@ __global__ void __launch_bounds__(kMergeThreads)
   }
   s_row = __fadd_rn(s_row, kEps);
   heavy_xt[(hr * H + h) * kF + t] = a / s_row;
-  if (t == 0) {
+  if (t == 0 && p.stats) {
     constexpr int C = kHC / H;
     const int64_t row = p.split.heavy_rows[hr];
     const float shift = p.b_key ? key_shift<C>(static_cast<const float*>(p.query) + row * kHC + h * C,
@@ -754,9 +758,11 @@ void launch(const TransformerFusedParams& p, const Workspace& w, char* ws, cudaS
       ws + w.temp_at, temp_bytes, thrust::counting_iterator<index_t>(0), light_rows, light_count,
       p.num_dst, LightRowWithEdges<index_t>{static_cast<const index_t*>(p.rowptr), p.split.light_max_degree},
       s));
-  empty_rows_kernel<index_t, H><<<static_cast<unsigned>((p.num_dst + kThreads - 1) / kThreads),
-                                  kThreads, 0, s>>>(p);
-  GNNIO_CUDA_CHECK(cudaGetLastError());
+  if (p.stats || p.out != p.residual) {  // (otherwise the empty rows' out is already there)
+    empty_rows_kernel<index_t, H><<<static_cast<unsigned>((p.num_dst + kThreads - 1) / kThreads),
+                                    kThreads, 0, s>>>(p);
+    GNNIO_CUDA_CHECK(cudaGetLastError());
+  }
   const int64_t heavy_blocks = (p.split.num_heavy + kTileRows - 1) / kTileRows;
   if (p.split.num_heavy > 0) {
     heavy_query_kernel<H><<<static_cast<unsigned>(heavy_blocks), kThreads, 0, s>>>(p, heavy_rows_buf);

@@ -62,8 +62,11 @@ struct TransformerFusedParams {
   const void* b_key = nullptr;
   double scale = 1.0;
 
-  void* out = nullptr;    // [num_dst, H * C]
-  void* stats = nullptr;  // [num_dst, H, 2]: (m + scale q . b_k, s), as the direct form's graph_attention's
+  // [num_dst, H * C]; may be residual itself (out written in place: transformer_fused_inference)
+  void* out = nullptr;
+  // [num_dst, H, 2]: (m + scale q . b_k, s), as the direct form's graph_attention's; nullptr: not
+  // formed (a call without a backward)
+  void* stats = nullptr;
 
   // CUDA: heavy rows walked in items (item_offsets is filled by the launcher, in its workspace)
   RowSplit split;

@@ -31,15 +31,30 @@ def headwise(x: Tensor, w: Tensor) -> Tensor:
     return out
 
 
+def into_residual_on() -> bool:
+    """Whether a call without a backward writes the fused form's out into the skip's buffer
+    (gnnio::transformer_fused_inference); GNNIO_FUSED_INTO_RESIDUAL=0 turns it off (a
+    measurement knob for its A/B, bench/NOTES.md v27)."""
+    return os.environ.get("GNNIO_FUSED_INTO_RESIDUAL", "1")[:1] != "0"
+
+
 def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, b_key: Optional[Tensor],
                    w_value: Tensor, b_value: Optional[Tensor], residual: Optional[Tensor],
-                   scale: float, plan):
+                   scale: float, plan, into_residual: bool = False):
     """gnnio::transformer_fused_forward with the planner's split (CUDA): (out [N_dst, H, C],
-    stats [N_dst, H, 2], their max shifted by the key bias's term as the direct form's)."""
+    stats [N_dst, H, 2], their max shifted by the key bias's term as the direct form's).
+    into_residual (a call without a backward; residual contiguous, [N_dst, H C]):
+    gnnio::transformer_fused_inference writes out into residual itself and forms no stats:
+    (residual viewed [N_dst, H, C], None)."""
     fwd = graph.csr_by_dst
     split = (None, None, 2**62)
     if plan is not None and plan.heavy_rows is not None:
         split = (plan.heavy_rows, plan.heavy_items, plan.light_max_degree)
+    if into_residual:
+        _ops.transformer_fused_inference(
+            fwd.rowptr, fwd.col, x_src.contiguous(), query, w_key.contiguous(),
+            w_value.t().contiguous(), b_value, residual, float(scale), *split)
+        return residual.view(query.shape), None
     return _ops.transformer_fused_forward(
         fwd.rowptr, fwd.col, x_src.contiguous(), query, w_key.contiguous(),
         w_value.t().contiguous(), b_value, None if residual is None else residual.contiguous(),

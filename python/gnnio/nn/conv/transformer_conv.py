@@ -8,6 +8,7 @@ from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, check_i
                                linears_of_one_input, materialise_lazy, reset_linear, split_pair)
 from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _edge_attr_of, _returned_edge_index
 from gnnio.ops import attention_weights, graph_attention
+from gnnio.nn.conv import _reassociated
 from gnnio.nn.conv._reassociated import ReassociatedAttention
 from gnnio.plan import plan_attention, plan_transformer
 
@@ -193,14 +194,21 @@ class TransformerConv(torch.nn.Module):
                       residual: Optional[Tensor] = None) -> Tensor:
         """The attention output [N_dst, H, C] with W_k and W_v around the aggregation (one
         autograd node: gnnio.nn.conv._reassociated); fused: in one kernel per tile
-        (gnnio::transformer_fused_forward), with ``residual`` added in its store."""
+        (gnnio::transformer_fused_forward), with ``residual`` added in its store; without a
+        backward, into ``residual`` itself (lin_skip's own output, which nothing else holds:
+        gnnio::transformer_fused_inference, no buffer of its own and no softmax statistics)."""
         params = (self.lin_key.weight, self.lin_key.bias, self.lin_value.weight, self.lin_value.bias)
         need_grad = self._needs_grad(x_src, query, residual)
+        scale = 1.0 / math.sqrt(self.out_channels)
         # (the sources' split, and the transposed CSR it reads, only for a backward)
         plan = plan_attention(graph, self.heads * x_src.size(1), backward=need_grad) \
             if x_src.is_cuda else None
-        return ReassociatedAttention.apply(x_src, query, *params, graph,
-                                           1.0 / math.sqrt(self.out_channels), plan, need_grad,
+        if fused and residual is not None and not need_grad and _reassociated.into_residual_on():
+            w_key, b_key, w_value, b_value = params
+            out, _ = _reassociated._fused_forward(graph, x_src, query.contiguous(), w_key, b_key,
+                                                  w_value, b_value, residual, scale, plan, True)
+            return out
+        return ReassociatedAttention.apply(x_src, query, *params, graph, scale, plan, need_grad,
                                            fused, residual)
 
     def _needs_grad(self, x_src: Tensor, query: Tensor, residual: Optional[Tensor] = None) -> bool:
@@ -210,17 +218,19 @@ class TransformerConv(torch.nn.Module):
 
     def _residual_fusable(self, x_r: Optional[Tensor], x_src: Tensor, query: Tensor) -> bool:
         """Whether the fused kernel can add the skip in its store: concatenated heads, no beta,
-        lin_skip's own output of the output's shape and dtype, and a backward (if any) that does
-        not read out (the CUDA backward forms D_i in its pass A when query needs a gradient:
-        ReassociatedAttention; a kept out would hold the skip too)."""
-        if x_r is None or self.lin_beta is not None or not self.concat or not x_src.is_cuda:
+        lin_skip's own output of the output's shape and dtype, and no backward (the inference
+        op, CPU or CUDA) or, on CUDA, a backward that does not read out (it forms D_i in its
+        pass A when query needs a gradient: ReassociatedAttention; a kept out would hold the
+        skip too)."""
+        if x_r is None or self.lin_beta is not None or not self.concat:
             return False
         if x_r.shape != (query.size(0), self.heads * self.out_channels) or x_r.dtype != query.dtype:
             return False
         if not _plain_linear(self.lin_skip):
             return False
-        return not self._needs_grad(x_src, query, x_r) or (
-            query.requires_grad and ReassociatedAttention.delta_in_pass_a())
+        if not self._needs_grad(x_src, query, x_r):
+            return True
+        return x_src.is_cuda and query.requires_grad and ReassociatedAttention.delta_in_pass_a()
 
     def _finish(self, out: Tensor, x_r: Optional[Tensor]) -> Tensor:
         """The heads concatenated or averaged, then the skip (with beta's gate)."""
