@@ -31,13 +31,6 @@ def headwise(x: Tensor, w: Tensor) -> Tensor:
     return out
 
 
-def into_residual_on() -> bool:
-    """Whether a call without a backward writes the fused form's out into the skip's buffer
-    (gnnio::transformer_fused_inference); GNNIO_FUSED_INTO_RESIDUAL=0 turns it off (a
-    measurement knob for its A/B, bench/NOTES.md v27)."""
-    return os.environ.get("GNNIO_FUSED_INTO_RESIDUAL", "1")[:1] != "0"
-
-
 def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, b_key: Optional[Tensor],
                    w_value: Tensor, b_value: Optional[Tensor], residual: Optional[Tensor],
                    scale: float, plan, into_residual: bool = False):

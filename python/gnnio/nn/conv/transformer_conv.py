@@ -203,7 +203,7 @@ class TransformerConv(torch.nn.Module):
         # (the sources' split, and the transposed CSR it reads, only for a backward)
         plan = plan_attention(graph, self.heads * x_src.size(1), backward=need_grad) \
             if x_src.is_cuda else None
-        if fused and residual is not None and not need_grad and _reassociated.into_residual_on():
+        if fused and residual is not None and not need_grad:  # (bench/NOTES.md v27)
             w_key, b_key, w_value, b_value = params
             out, _ = _reassociated._fused_forward(graph, x_src, query.contiguous(), w_key, b_key,
                                                   w_value, b_value, residual, scale, plan, True)
