@@ -2,7 +2,10 @@
 // the params struct (gnnio/transformer/params.h).
 #pragma once
 
+#include <ATen/MemoryOverlap.h>
+
 #include <cstdint>
+#include <initializer_list>
 
 #include "spmm_common.h"
 #include "gnnio/transformer/params.h"
@@ -114,12 +117,16 @@ struct TransformerFusedOperands {
 };
 
 // The inference op writes out into residual: it must be the tensor the kernel writes (contiguous,
-// and 16-byte aligned on CUDA), not a copy that TransformerFusedOperands would make of it.
-inline void check_residual_in_place(const at::Tensor& residual, bool align16) {
+// and 16-byte aligned on CUDA), not a copy that TransformerFusedOperands would make of it, and
+// share no memory with an operand that other threads read while it is written.
+inline void check_residual_in_place(const at::Tensor& residual, bool align16,
+                                    std::initializer_list<const at::Tensor*> operands) {
   TORCH_CHECK_VALUE(residual.is_contiguous() &&
                         (!align16 || reinterpret_cast<uintptr_t>(residual.data_ptr()) % 16 == 0),
                     "transformer_fused_inference: residual must be contiguous",
                     align16 ? " and 16-byte aligned" : "", " (out is written into it in place)");
+  for (const at::Tensor* t : operands)
+    if (t->defined()) at::assert_no_overlap(residual, *t);
 }
 
 }  // namespace gnnio::binding

@@ -313,6 +313,7 @@ def test_fused_inference_writes_into_the_skip(monkeypatch, opts):
     plain_skip = opts.get("root_weight", True) and not opts.get("beta") and opts.get("concat", True)
     assert into[1:] == [plain_skip] * 2
     assert torch.equal(out, ref.detach())
+    assert not out._is_view()  # (lin_skip's output itself: a later in-place op may take it)
     torch.testing.assert_close(compiled, out, rtol=0, atol=0)
 
 

@@ -140,7 +140,8 @@ def test_opcheck_transformer_fused_inference():
 
 def test_inference_op_bad_residual():
     """residual is where out goes: a non-contiguous one (which the op would have to copy, and
-    the copy would get out) is refused, as a wrong shape or dtype is."""
+    the copy would get out) is refused, as a wrong shape or dtype is, and one sharing memory
+    with an operand (other threads read it while it is written)."""
     gen = torch.Generator().manual_seed(0)
     graph = gnnio.Graph(torch.randint(6, (2, 20), generator=gen), num_nodes=6)
     csr = graph.csr_by_dst
@@ -151,6 +152,9 @@ def test_inference_op_bad_residual():
         INFERENCE(csr.rowptr, csr.col, x, q, wk, wvt, bv, res[:3], 0.5)
     with pytest.raises(TypeError, match="every operand must be"):
         INFERENCE(csr.rowptr, csr.col, x, q, wk, wvt, bv, res.float(), 0.5)
+    x, q, wk, wvt, bv, res = operands(6, 6, 2, 3, 6, gen)  # F = H C: x could be the residual
+    with pytest.raises(RuntimeError, match="single memory location"):
+        INFERENCE(csr.rowptr, csr.col, x, q, wk, wvt, bv, x, 0.5)
 
 
 def test_bad_input():

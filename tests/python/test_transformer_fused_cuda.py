@@ -95,9 +95,10 @@ def test_cuda_fused_op_against_cpu_float64(graph_name, heads, index):
 @pytest.mark.parametrize("index", ["int32", "int64"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_cuda_inference_op_writes_the_forward_ops_out_into_residual(graph_name, heads, index, bias):
-    """gnnio::transformer_fused_inference: the forward op's out, bit for bit, in residual (the
-    same kernels, no stats; rows without edges not written: out = residual there, the same
-    value), heavy rows' items and their merge included."""
+    """gnnio::transformer_fused_inference: the forward op's out in residual, equal values (the
+    same kernels and sums, no stats; rows without edges are not written: out = residual there,
+    where a -0 stays -0 and the forward op's residual + 0 is +0), heavy rows' items and their
+    merge included."""
     ei, (ns, nd) = FUSED_GRAPHS[graph_name]
     gen = torch.Generator().manual_seed(zlib.crc32(repr((graph_name, heads, index, bias)).encode()))
     ops = operands(ns, nd, heads, gen, bias=bias)
@@ -113,6 +114,22 @@ def test_cuda_inference_op_writes_the_forward_ops_out_into_residual(graph_name, 
     out_into, stats = _fused_forward(*args, into, 32 ** -0.5, plan, True)
     assert stats is None and out_into.data_ptr() == into.data_ptr()
     assert torch.equal(into, out.view(nd, -1))
+
+
+def test_cuda_inference_op_refuses_a_misaligned_residual():
+    """The kernel stores float4s: a residual that is not 16-byte aligned is refused (not copied:
+    the copy would get out) and left as it was."""
+    ei, (ns, nd) = FUSED_GRAPHS["random"]
+    ops = operands(ns, nd, 4, torch.Generator().manual_seed(2))
+    graph = gnnio.Graph(ei.cuda(), size=(ns, nd))
+    t = {k: None if v is None else v.to("cuda", torch.float32) for k, v in ops.items()}
+    buffer = torch.randn(nd * 128 + 1, device="cuda")
+    residual = buffer[1:].view(nd, 128)
+    before = residual.clone()
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        _fused_forward(graph, t["x"], t["query"], t["w_key"], None, t["w_value_t"].t(), t["b_value"],
+                       residual, 32 ** -0.5, gnnio.plan.plan_attention(graph, 4 * 128), True)
+    assert torch.equal(residual, before)
 
 
 @pytest.mark.parametrize("bad", [math.inf, math.nan], ids=["inf", "nan"])

@@ -38,7 +38,8 @@ def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, b_key: Op
     stats [N_dst, H, 2], their max shifted by the key bias's term as the direct form's).
     into_residual (a call without a backward; residual contiguous, [N_dst, H C]):
     gnnio::transformer_fused_inference writes out into residual itself and forms no stats:
-    (residual viewed [N_dst, H, C], None)."""
+    (residual itself, [N_dst, H C]: not a view, which a later in-place op under grad mode
+    would refuse, None)."""
     fwd = graph.csr_by_dst
     split = (None, None, 2**62)
     if plan is not None and plan.heavy_rows is not None:
@@ -47,7 +48,7 @@ def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, b_key: Op
         _ops.transformer_fused_inference(
             fwd.rowptr, fwd.col, x_src.contiguous(), query, w_key.contiguous(),
             w_value.t().contiguous(), b_value, residual, float(scale), *split)
-        return residual.view(query.shape), None
+        return residual, None
     return _ops.transformer_fused_forward(
         fwd.rowptr, fwd.col, x_src.contiguous(), query, w_key.contiguous(),
         w_value.t().contiguous(), b_value, None if residual is None else residual.contiguous(),

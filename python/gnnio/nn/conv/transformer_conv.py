@@ -157,7 +157,7 @@ class TransformerConv(torch.nn.Module):
             if form == "fused" and self._residual_fusable(x_r, x_src, query):
                 # the skip added in the kernel's store (out = x_r + attention, as _finish adds)
                 out = self._reassociated(graph, x_src, query, True, x_r)
-                return out.view(-1, H * C)
+                return out if out.dim() == 2 else out.view(-1, H * C)  # (2-D: x_r itself)
             return self._finish(self._reassociated(graph, x_src, query, form == "fused"), x_r)
         key, value = (t.view(-1, H, C) for t in key_value)
         edge = None
@@ -196,7 +196,8 @@ class TransformerConv(torch.nn.Module):
         autograd node: gnnio.nn.conv._reassociated); fused: in one kernel per tile
         (gnnio::transformer_fused_forward), with ``residual`` added in its store; without a
         backward, into ``residual`` itself (lin_skip's own output, which nothing else holds:
-        gnnio::transformer_fused_inference, no buffer of its own and no softmax statistics)."""
+        gnnio::transformer_fused_inference, no buffer of its own and no softmax statistics),
+        returned as it is: [N_dst, H C]."""
         params = (self.lin_key.weight, self.lin_key.bias, self.lin_value.weight, self.lin_value.bias)
         need_grad = self._needs_grad(x_src, query, residual)
         scale = 1.0 / math.sqrt(self.out_channels)
