@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One device call for v28 (bench/NOTES.md): the dot kind's pass A by its register bound. Build;
-# the dot kind's CUDA attention tests and TransformerConv's (TEST_S); the three bounds'
-# training step, interleaved (scripts/device_diag_pass_a.py, DIAG_S); then TransformerConv's
+# One device call for the dot kind's kernels (bench/NOTES.md v28: pass A's register bound). Build;
+# the dot kind's CUDA attention tests and TransformerConv's (TEST_S); then TransformerConv's
 # benchmark rows per form in FORMS (BENCH_S each, PyG in the same process). Pass GNNIO_COMMIT.
+# (v28's A/B of three bounds ran scripts/device_diag_pass_a.py with a knob, both deleted after:
+# git show ef0196c.)
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
@@ -17,12 +18,6 @@ if [ "${TEST_S:-150}" -gt 0 ]; then
   grep -E "^(FAILED|ERROR)" "$OUT/pytest-pass-a.log" | cut -c1-200 | head -20
   tail -1 "$OUT/pytest-pass-a.log" | cut -c1-200
   echo "tests: $(( $(date +%s) - T0 )) s"
-fi
-if [ "${DIAG_S:-90}" -gt 0 ]; then
-  timeout "${DIAG_S:-90}" python3 scripts/device_diag_pass_a.py ${DIAG_GRAPH:-powerlaw-1M-16M} \
-    ${ROUNDS:-2} > "$OUT/diag-pass-a.log" 2>&1 || echo "diag: stopped (rc $?)"
-  cat "$OUT/diag-pass-a.log" | grep -v Warning | tail -8
-  echo "diag: $(( $(date +%s) - T0 )) s"
 fi
 for form in ${FORMS:-direct}; do
   GNNIO_TRANSFORMER_FORM=$form timeout "${BENCH_S:-100}" python3 -m gnnio.bench --warmup 3 \

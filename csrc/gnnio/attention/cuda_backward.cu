@@ -72,20 +72,22 @@ __device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& 
 
 // Blocks of kRowThreads per SM that pass A's registers are bounded for (__launch_bounds__).
 // Most kinds keep the 80 registers of 6 blocks (3 of kThreads: latency-bound kernels, more
-// resident warps). The dot kind with separate key and value rows (TransformerConv) holds a key
-// and a value row per slot in flight and the online sums (A and B per channel): at 80 registers
-// it spilled 124 / 192 bytes (float32, stores / loads), in the slot loop; at 4 blocks (<= 128
-// registers) it takes 110 and spills nothing (bench/NOTES.md v28). CPL 8 keeps 4 blocks.
-template <ScoreKind K, int CPL, bool kKeyIsValue>
+// resident warps). The dot kind with separate float32 key and value rows (TransformerConv)
+// holds a key and a value row per slot in flight and the online sums: at 80 registers it
+// spilled 124 / 192 bytes, ~40 local accesses in the slot loop. Measured on an H100 (bench/
+// NOTES.md v28, pass A of powerlaw-1M-16M): 6 blocks 7.44 ms, 5 blocks (96 registers, 16 / 20
+// bytes spilled) 7.23, 4 blocks (110 registers, no spill) 8.17: occupancy counts for more than
+// the spills, and 5 is the best of the three. CPL 8 keeps 4 blocks.
+template <ScoreKind K, typename scalar_t, int CPL, bool kKeyIsValue>
 constexpr int kPassAMinBlocks =
-    CPL >= 8 || (K == ScoreKind::kDot && !kKeyIsValue) ? row_blocks(2) : row_blocks(3);
+    CPL >= 8 ? row_blocks(2)
+    : K == ScoreKind::kDot && !kKeyIsValue && std::is_same_v<scalar_t, float> ? 5
+                                                                             : row_blocks(3);
 
 // kOnline (GATv2 and dot): b.delta_in_pass_a. A template parameter, so that the default kernel
 // carries none of that mode's registers. kKeyIsValue: key_is_value(p) (dispatch_kind_kv).
-// kMinBlocks: kPassAMinBlocks, or another bound for an A/B (GNNIO_PASS_A_DOT_BLOCKS).
-template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue, bool kOnline,
-          int kMinBlocks = kPassAMinBlocks<K, CPL, kKeyIsValue>>
-__global__ void __launch_bounds__(kRowThreads, kMinBlocks) pass_a_kernel(AttentionBackwardParams b, Partials part) {
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue, bool kOnline>
+__global__ void __launch_bounds__(kRowThreads, (kPassAMinBlocks<K, scalar_t, CPL, kKeyIsValue>)) pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -505,12 +507,6 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
         constexpr bool KV = decltype(key_is_value)::value;
         if constexpr (KK == ScoreKind::kGatV2 || KK == ScoreKind::kDot) {
           if (online) {
-            if constexpr (KK == ScoreKind::kDot && !KV && CPL == 4 && std::is_same_v<scalar_t, float>) {
-              // an A/B of the register bound (bench/NOTES.md v28): 5 or 6 blocks of kRowThreads
-              const char* knob = std::getenv("GNNIO_PASS_A_DOT_BLOCKS");
-              if (knob && knob[0] == '5') return launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true, 5>);
-              if (knob && knob[0] == '6') return launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true, 6>);
-            }
             launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true>);
             return;
           }
