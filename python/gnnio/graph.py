@@ -555,8 +555,13 @@ def _pyg_sparse_size(edge_index):
         return None
     if isinstance(edge_index, EdgeIndex):
         size = edge_index.sparse_size()
-        if size[0] is not None and size[1] is not None:
-            return (int(size[0]), int(size[1]))
+        if size[0] is None and size[1] is None:
+            return None
+        # A partly known size, e.g. (10, None): the unknown side from its own ids, as PyG's
+        # EdgeIndex.get_sparse_size does (not both sides from the largest id of either).
+        plain = edge_index.as_tensor()
+        return tuple(int(size[d]) if size[d] is not None else
+                     (int(plain[d].max()) + 1 if plain.numel() else 0) for d in (0, 1))
     return None
 
 

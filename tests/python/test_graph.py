@@ -73,6 +73,20 @@ def test_pyg_edge_index_caches_are_reused(device):
     assert torch.equal(ei.to(device)[0][g.csr_by_dst.perm.long()], g.csr_by_dst.col.long())
 
 
+@pytest.mark.parametrize("known", [(10, None), (None, 9), (None, None)])
+def test_pyg_edge_index_partly_known_size(known):
+    """A side the EdgeIndex knows is its node count; an unknown side comes from its own ids
+    (EdgeIndex.get_sparse_size's rule), not from the largest id of either side."""
+    from torch_geometric import EdgeIndex
+
+    ei = torch.tensor([[0, 1, 2, 2], [1, 5, 0, 3]])
+    g = gnnio.Graph(EdgeIndex(ei, sparse_size=known))
+    expected = tuple(EdgeIndex(ei, sparse_size=known).get_sparse_size()) if known != (None, None) \
+        else (6, 6)  # no size at all: one node count from the largest id (num_nodes' rule)
+    assert (g.num_src, g.num_dst) == expected
+    assert expected[0] != expected[1] or known == (None, None)
+
+
 @pytest.mark.parametrize("bad,exc,fragment", [
     (torch.tensor([[0.0, 1.0], [1.0, 0.0]]), ValueError, "integer dtype"),
     (torch.tensor([0, 1, 2]), ValueError, "shape [2, num_edges]"),
