@@ -225,3 +225,17 @@ def test_uncoalesced_coo_with_self_loops_is_coalesced_as_pyg_does(layer):
     adj = adj_t()  # the same unmodified adjacency again: served from the cache, same result
     first = ours(x, adj)
     assert torch.equal(ours(x, adj), first)
+
+
+@pytest.mark.parametrize("aggr", ["add", "mean", "max"])
+@pytest.mark.parametrize("wdtype", [torch.int64, torch.int32, torch.bool])
+def test_graph_conv_integer_edge_weight_promotes_as_pyg(aggr, wdtype):
+    # PyG's message edge_weight * x_j promotes integer and bool weights to x's dtype; gnnio
+    # refused them (TypeError). GCNConv stays a TypeError: PyG's gcn_norm fails on them too.
+    gen = torch.Generator().manual_seed(11)
+    x, ei = torch.randn(8, 5, generator=gen), torch.randint(0, 8, (2, 20), generator=gen)
+    w = torch.randint(0, 3, (20,), generator=gen).to(wdtype)
+    pyg, ours = make_pair("GraphConv", 5, 3, aggr=aggr)
+    out, ref = ours(x, ei, w), pyg(x, ei, w)
+    assert out.dtype == ref.dtype == torch.float32
+    torch.testing.assert_close(out, ref)

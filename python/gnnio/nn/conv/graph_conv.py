@@ -64,6 +64,10 @@ class GraphConv(torch.nn.Module):
                 size: Optional[Tuple[int, int]] = None) -> Tensor:
         x_src, x_dst = split_pair(x)
         num_src, num_dst = _sizes(x_src, x_dst, size, edge_index)
+        if (isinstance(edge_weight, Tensor) and isinstance(x_src, Tensor)
+                and not (edge_weight.is_floating_point() or edge_weight.is_complex())):
+            # PyG's message edge_weight * x_j promotes integer (or bool) weights to x's dtype
+            edge_weight = edge_weight.to(x_src.dtype)
         graph, edge_weight = self._graphs.get_weighted("GraphConv", edge_index, edge_weight,
                                                        num_src, num_dst)
         reduce = _AGGR[self.aggr]
