@@ -5,7 +5,9 @@
 # (NCU_S, default off); then TransformerConv's rows on
 # GRAPHS per form in FORMS (each run has PyG's layer in the same process), BENCH_S each.
 # Results are named by the card (device_prefix). Pass GNNIO_COMMIT=<sent commit>. DIAG_BACKWARD=1:
-# the diag also profiles one forward+backward per form.
+# the diag also profiles one forward+backward per form. TEST_FILES: other test files (the dot
+# kind's pass A, NOTES v28: "tests/python/test_attention_cuda.py tests/python/test_attention_cuda_hub.py
+# tests/python/test_transformer_fused_cuda.py" with TEST_K="dot or Transformer or fused").
 set -uo pipefail
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gnnio-out}
@@ -14,8 +16,8 @@ device_build
 device_env
 card=$(device_prefix)
 if [ "${TEST_S:-150}" -gt 0 ]; then
-  timeout "${TEST_S:-150}" python3 -m pytest tests/python/test_transformer_fused_cuda.py \
-    tests/python/test_transformer_forms.py ${TEST_K:+-k "$TEST_K"} \
+  timeout "${TEST_S:-150}" python3 -m pytest ${TEST_FILES:-tests/python/test_transformer_fused_cuda.py \
+    tests/python/test_transformer_forms.py} ${TEST_K:+-k "$TEST_K"} \
     -q -p no:cacheprovider > "$OUT/pytest-fused.log" 2>&1
   grep -E "^(FAILED|ERROR)" "$OUT/pytest-fused.log" | cut -c1-200 | head -20
   tail -1 "$OUT/pytest-fused.log" | cut -c1-200
