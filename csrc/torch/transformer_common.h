@@ -5,7 +5,6 @@
 #include <ATen/MemoryOverlap.h>
 
 #include <cstdint>
-#include <initializer_list>
 
 #include "spmm_common.h"
 #include "gnnio/transformer/params.h"
@@ -61,6 +60,9 @@ inline TransformerFusedParams transformer_fused_params(
   check_same_device(col, "col", x, "x");
   if (into_residual) {
     TORCH_INTERNAL_ASSERT(residual.has_value());
+    // other threads read the operands while residual is written
+    for (const at::Tensor* t : {&x, &query, &w_key, &w_value_t}) at::assert_no_overlap(*residual, *t);
+    if (b_value) at::assert_no_overlap(*residual, *b_value);
     out = *residual;
   } else {
     out = at::empty({num_dst, H, C}, x.options());
@@ -117,16 +119,13 @@ struct TransformerFusedOperands {
 };
 
 // The inference op writes out into residual: it must be the tensor the kernel writes (contiguous,
-// and 16-byte aligned on CUDA), not a copy that TransformerFusedOperands would make of it, and
-// share no memory with an operand that other threads read while it is written.
-inline void check_residual_in_place(const at::Tensor& residual, bool align16,
-                                    std::initializer_list<const at::Tensor*> operands) {
+// and 16-byte aligned on CUDA), not a copy that TransformerFusedOperands would make of it.
+// (transformer_fused_params checks that it shares no memory with the operands.)
+inline void check_residual_in_place(const at::Tensor& residual, bool align16) {
   TORCH_CHECK_VALUE(residual.is_contiguous() &&
                         (!align16 || reinterpret_cast<uintptr_t>(residual.data_ptr()) % 16 == 0),
                     "transformer_fused_inference: residual must be contiguous",
                     align16 ? " and 16-byte aligned" : "", " (out is written into it in place)");
-  for (const at::Tensor* t : operands)
-    if (t->defined()) at::assert_no_overlap(residual, *t);
 }
 
 }  // namespace gnnio::binding

@@ -23,9 +23,7 @@ void transformer_fused_inference_cpu_impl(
     const at::Tensor& w_key, const at::Tensor& w_value_t, const c10::optional<at::Tensor>& b_value,
     at::Tensor& residual, double scale, const c10::optional<at::Tensor>&,
     const c10::optional<at::Tensor>&, int64_t) {
-  const at::Tensor no_bias;
-  check_residual_in_place(residual, /*align16=*/false,
-                          {&x, &query, &w_key, &w_value_t, b_value ? &*b_value : &no_bias});
+  check_residual_in_place(residual, /*align16=*/false);
   at::Tensor out, stats;
   const TransformerFusedOperands o(x, query, w_key, w_value_t, b_value, residual, c10::nullopt);
   const auto p = transformer_fused_params(rowptr, col, o.x, o.query, o.w_key, o.w_value_t,

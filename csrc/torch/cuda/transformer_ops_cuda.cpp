@@ -36,9 +36,7 @@ void transformer_fused_inference_cuda_impl(
     at::Tensor& residual, double scale, const c10::optional<at::Tensor>& heavy_rows,
     const c10::optional<at::Tensor>& heavy_items, int64_t light_max_degree) {
   const c10::cuda::CUDAGuard guard(x.device());
-  const at::Tensor no_bias;
-  check_residual_in_place(residual, /*align16=*/true,
-                          {&x, &query, &w_key, &w_value_t, b_value ? &*b_value : &no_bias});
+  check_residual_in_place(residual, /*align16=*/true);
   at::Tensor out, stats;
   const TransformerFusedOperands o(x, query, w_key, w_value_t, b_value, residual, c10::nullopt,
                                    /*align16=*/true);

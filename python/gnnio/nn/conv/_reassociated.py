@@ -44,14 +44,13 @@ def _fused_forward(graph, x_src: Tensor, query: Tensor, w_key: Tensor, b_key: Op
     split = (None, None, 2**62)
     if plan is not None and plan.heavy_rows is not None:
         split = (plan.heavy_rows, plan.heavy_items, plan.light_max_degree)
+    operands = (fwd.rowptr, fwd.col, x_src.contiguous(), query, w_key.contiguous(),
+                w_value.t().contiguous(), b_value)
     if into_residual:
-        _ops.transformer_fused_inference(
-            fwd.rowptr, fwd.col, x_src.contiguous(), query, w_key.contiguous(),
-            w_value.t().contiguous(), b_value, residual, float(scale), *split)
+        _ops.transformer_fused_inference(*operands, residual, float(scale), *split)
         return residual, None
     return _ops.transformer_fused_forward(
-        fwd.rowptr, fwd.col, x_src.contiguous(), query, w_key.contiguous(),
-        w_value.t().contiguous(), b_value, None if residual is None else residual.contiguous(),
+        *operands, None if residual is None else residual.contiguous(),
         float(scale), *split, b_key)
 
 
