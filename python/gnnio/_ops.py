@@ -3,6 +3,7 @@
 The C++ side declares the schemas (csrc/torch/registration.cpp) and the CPU / CUDA kernels;
 this module adds what torch.compile and autograd need, with torch.library.
 """
+import functools
 import glob
 import os
 
@@ -28,43 +29,71 @@ HAS_CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("gnnio::spmm",
 # ---------------------------------------------------------------------------------------------
 # Fake kernels: output shapes follow from input shapes and int arguments only.
 
-@torch.library.register_fake("gnnio::csr_from_coo")
+def _tensors(args):
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _tensors(a)
+
+
+def _register_fake(name):
+    """torch.library.register_fake, refusing real tensors mixed with meta ones.
+
+    The dispatcher sends a call to the Meta kernel when any one input is on the meta device, so
+    without this a raw op given one meta tensor and the rest on the CPU (or CUDA) would return
+    uninitialised memory instead of the device error the real kernels raise. Under
+    torch.compile the inputs are fake tensors that report their real device, so this never
+    fires there."""
+    def wrap(fake):
+        @functools.wraps(fake)
+        def checked(*args, **kwargs):
+            devices = {t.device for t in _tensors(list(args) + list(kwargs.values()))}
+            if len(devices) > 1 and any(d.type == "meta" for d in devices):
+                raise ValueError(f"{name}: inputs are on different devices "
+                                 f"({', '.join(sorted(str(d) for d in devices))}); "
+                                 "move them to one device")
+            return fake(*args, **kwargs)
+        return torch.library.register_fake(name)(checked)
+    return wrap
+
+@_register_fake("gnnio::csr_from_coo")
 def _csr_from_coo_fake(row, col, num_rows, num_cols):
     return row.new_empty(num_rows + 1), row.new_empty(row.numel()), row.new_empty(row.numel())
 
 
-@torch.library.register_fake("gnnio::spmm")
+@_register_fake("gnnio::spmm")
 def _spmm_fake(rowptr, col, value, x, num_rows, num_cols, cache_key, rowptr_t, col_t, value_t,
                cache_key_t):
     torch._check(x.dim() == 2, lambda: "spmm: x must be 2-D")
     return x.new_empty(num_rows, x.size(1))
 
 
-@torch.library.register_fake("gnnio::sddmm")
+@_register_fake("gnnio::sddmm")
 def _sddmm_fake(rowptr, col, a, b):
     return a.new_empty(col.numel())
 
 
-@torch.library.register_fake("gnnio::wsb_from_coo")
+@_register_fake("gnnio::wsb_from_coo")
 def _wsb_from_coo_fake(row, col, num_rows, num_cols):
     num_tiles = torch.library.get_ctx().new_dynamic_size()  # known only once the tiles are counted
     return (row.new_empty((num_rows + 15) // 16 + 1), row.new_empty(num_tiles),
             row.new_empty(row.numel(), dtype=torch.int64))
 
 
-@torch.library.register_fake("gnnio::wsb_spmm")
+@_register_fake("gnnio::wsb_spmm")
 def _wsb_spmm_fake(block_rowptr, block_col, values, x, num_rows, num_cols, block_rowptr_t,
                    block_col_t, values_t):
     torch._check(x.dim() == 2, lambda: "wsb_spmm: x must be 2-D")
     return x.new_empty(num_rows, x.size(1))
 
 
-@torch.library.register_fake("gnnio::wsb_sddmm")
+@_register_fake("gnnio::wsb_sddmm")
 def _wsb_sddmm_fake(block_rowptr, block_col, a, b):
     return a.new_empty(block_col.numel(), 16, 16)
 
 
-@torch.library.register_fake("gnnio::segment_reduce")
+@_register_fake("gnnio::segment_reduce")
 def _segment_reduce_fake(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, col_t, t2c,
                          heavy_rows=None, heavy_items=None, light_max_degree=2**62,
                          heavy_src=None, heavy_src_items=None, light_max_out_degree=2**62,
@@ -72,18 +101,18 @@ def _segment_reduce_fake(rowptr, col, x, num_rows, num_cols, reduce, rowptr_t, c
     return x.new_empty(num_rows, x.size(1)), rowptr.new_empty(num_rows, x.size(1))
 
 
-@torch.library.register_fake("gnnio::segment_reduce_backward")
+@_register_fake("gnnio::segment_reduce_backward")
 def _segment_reduce_backward_fake(rowptr_t, col_t, t2c, arg, grad_out, num_src, heavy_src=None,
                                   heavy_src_items=None, light_max_out_degree=2**62, weight=None):
     return grad_out.new_empty(num_src, grad_out.size(1))
 
 
-@torch.library.register_fake("gnnio::segment_reduce_weight_backward")
+@_register_fake("gnnio::segment_reduce_weight_backward")
 def _segment_reduce_weight_backward_fake(col, x, arg, grad_out):
     return x.new_empty(col.numel())
 
 
-@torch.library.register_fake("gnnio::wsb_gat_attention")
+@_register_fake("gnnio::wsb_gat_attention")
 def _wsb_gat_attention_fake(block_rowptr, block_col, count, src_score, dst_score, value, num_src,
                             num_dst, negative_slope, save_out_acc):
     heads, channels = value.size(1), value.size(2)
@@ -94,7 +123,7 @@ def _wsb_gat_attention_fake(block_rowptr, block_col, count, src_score, dst_score
             value.new_empty(*((num_dst, heads, channels) if acc else (0,)), dtype=torch.float32))
 
 
-@torch.library.register_fake("gnnio::wsb_gat_attention_backward")
+@_register_fake("gnnio::wsb_gat_attention_backward")
 def _wsb_gat_attention_backward_fake(block_rowptr, block_col, count, block_rowptr_t, block_col_t,
                                      count_t, src_score, dst_score, value, out, stats, grad_out,
                                      negative_slope, needs):
@@ -103,7 +132,7 @@ def _wsb_gat_attention_backward_fake(block_rowptr, block_col, count, block_rowpt
             value.new_empty(value.shape) if needs[2] else None)
 
 
-@torch.library.register_fake("gnnio::graph_attention")
+@_register_fake("gnnio::graph_attention")
 def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_score, query, key,
                           edge_key, att, edge_value, num_dst, negative_slope, scale, dropout, seed,
                           need_weights, rowptr_t, col_t, t2c, heavy_rows=None, heavy_items=None,
@@ -122,12 +151,12 @@ def _graph_attention_fake(rowptr, col, kind, value, src_score, dst_score, edge_s
             value.new_empty((num_dst, heads, channels) if keep_acc else (0,), dtype=acc))
 
 
-@torch.library.register_fake("gnnio::graph_attention_delta")
+@_register_fake("gnnio::graph_attention_delta")
 def _graph_attention_delta_fake(out, grad_out):
     return grad_out.new_empty(grad_out.size(0), grad_out.size(1), dtype=torch.float32)
 
 
-@torch.library.register_fake("gnnio::graph_attention_backward")
+@_register_fake("gnnio::graph_attention_backward")
 def _graph_attention_backward_fake(rowptr, col, kind, value, operands, num_dst, coeffs, seed,
                                    rowptr_t, col_t, t2c, splits, light_max, out, stats,
                                    grad_out, needs):
@@ -137,18 +166,18 @@ def _graph_attention_backward_fake(rowptr, col, kind, value, operands, num_dst, 
     return grads
 
 
-@torch.library.register_fake("gnnio::head_scores")
+@_register_fake("gnnio::head_scores")
 def _head_scores_fake(x, att):
     return att.new_empty(att.size(0), x.size(0), x.size(1))
 
 
-@torch.library.register_fake("gnnio::head_scores_backward")
+@_register_fake("gnnio::head_scores_backward")
 def _head_scores_backward_fake(x, att, grad_score, x_grad, att_grad, grad_x_into=None):
     return (x.new_empty(x.shape) if x_grad and grad_x_into is None else x.new_empty(0),
             att.new_empty(att.shape) if att_grad else att.new_empty(0))
 
 
-@torch.library.register_fake("gnnio::transformer_fused_forward")
+@_register_fake("gnnio::transformer_fused_forward")
 def _transformer_fused_forward_fake(rowptr, col, x, query, w_key, w_value_t, b_value, residual,
                                     scale, heavy_rows=None, heavy_items=None, light_max_degree=2**62,
                                     b_key=None):
@@ -156,14 +185,14 @@ def _transformer_fused_forward_fake(rowptr, col, x, query, w_key, w_value_t, b_v
     return x.new_empty(n, h, c), x.new_empty(n, h, 2)
 
 
-@torch.library.register_fake("gnnio::transformer_fused_inference")
+@_register_fake("gnnio::transformer_fused_inference")
 def _transformer_fused_inference_fake(rowptr, col, x, query, w_key, w_value_t, b_value, residual,
                                       scale, heavy_rows=None, heavy_items=None,
                                       light_max_degree=2**62):
     return None
 
 
-@torch.library.register_fake("gnnio::column_sum")
+@_register_fake("gnnio::column_sum")
 def _column_sum_fake(x):
     return x.new_empty(x.size(1))
 

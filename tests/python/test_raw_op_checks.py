@@ -78,3 +78,50 @@ def test_seed_outside_int64_is_a_value_error(seed):
     with pytest.raises(ValueError, match="seed"):
         gnnio.ops.graph_attention(g, "gat", torch.randn(4, 2, 3), src_score=torch.randn(4, 2),
                                   dropout=0.5, seed=seed)
+
+
+# One input on the meta device and the rest on the CPU: the dispatcher picks the Meta kernel,
+# which must refuse the mix (it returned uninitialised memory before); all-meta calls keep
+# giving shapes.
+META_CALLS = {
+    "spmm": "ops.spmm(fwd.rowptr, fwd.col, None, X, 4, 4, -1, t.rowptr, t.col, None, -1)",
+    "sddmm": "ops.sddmm(fwd.rowptr, fwd.col, X, torch.randn(4, 3))",
+    "segment_reduce": "ops.segment_reduce(fwd.rowptr, fwd.col, X, 4, 4, 'max', t.rowptr, t.col, "
+                      "g.src_slot_to_dst_slot)",
+    "graph_attention": "ops.graph_attention(fwd.rowptr, fwd.col, 0, X.view(4, 1, 3), torch.randn(4, 1), "
+                       "None, None, None, None, None, None, None, 4, 0.2, 1.0, 0.0, 0, False, "
+                       "t.rowptr, t.col, g.src_slot_to_dst_slot)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(META_CALLS))
+def test_meta_input_mixed_with_cpu_is_a_value_error(name):
+    r = _run(f"""
+    X = torch.randn(4, 3, device="meta")
+    try:
+        {META_CALLS[name]}
+    except ValueError as e:
+        assert "different devices" in str(e) and "meta" in str(e), e
+        print("RAISED")
+    """)
+    assert r.returncode == 0, r.stderr[-500:]
+    assert "RAISED" in r.stdout, f"no ValueError: {r.stdout[-300:]}"
+
+
+@pytest.mark.parametrize("name", sorted(META_CALLS))
+def test_all_meta_call_gives_shapes(name):
+    r = _run(f"""
+    from types import SimpleNamespace as NS
+    meta = lambda v: v.to("meta")
+    fwd = NS(rowptr=meta(fwd.rowptr), col=meta(fwd.col))
+    t = NS(rowptr=meta(t.rowptr), col=meta(t.col))
+    g = NS(src_slot_to_dst_slot=meta(g.src_slot_to_dst_slot))
+    X = torch.randn(4, 3, device="meta")
+    torch.randn = lambda *size: torch.empty(*size, device="meta")
+    res = {META_CALLS[name]}
+    res = res if isinstance(res, (tuple, list)) else (res,)
+    assert all(v.device.type == "meta" for v in res if isinstance(v, torch.Tensor))
+    print("SHAPE", tuple(res[0].shape))
+    """)
+    assert r.returncode == 0, r.stderr[-800:]
+    assert "SHAPE" in r.stdout
