@@ -75,7 +75,7 @@ inline RowSplit row_split_of(const c10::optional<at::Tensor>& heavy,
   return split;
 }
 
-// Runs fn, translating gnnio::Error into IndexError / ValueError / RuntimeError.
+// Runs fn, translating gnnio::Error into IndexError / ValueError / TypeError / RuntimeError.
 template <typename Fn>
 decltype(auto) translate_errors(Fn&& fn) {
   try {
@@ -84,6 +84,7 @@ decltype(auto) translate_errors(Fn&& fn) {
     switch (e.kind()) {
       case ErrorKind::kIndex: TORCH_CHECK_INDEX(false, e.what());
       case ErrorKind::kInvalidArgument: TORCH_CHECK_VALUE(false, e.what());
+      case ErrorKind::kType: TORCH_CHECK_TYPE(false, e.what());
       default: TORCH_CHECK(false, e.what());
     }
   }

@@ -6,6 +6,9 @@ import sys
 import textwrap
 
 import pytest
+import torch
+
+import gnnio
 
 PRE = """
 import torch, gnnio
@@ -125,3 +128,24 @@ def test_all_meta_call_gives_shapes(name):
     """)
     assert r.returncode == 0, r.stderr[-800:]
     assert "SHAPE" in r.stdout
+
+
+# The CPU kernels run float32 and float64; a 16-bit input is a TypeError naming the dtype
+# (PYG_CONTRACTS' checklist, item 14), through gnnio.ops and the layers alike.
+CPU_16BIT_CALLS = {
+    "spmm": lambda g, x: gnnio.ops.spmm(g, x),
+    "segment_reduce": lambda g, x: gnnio.ops.segment_reduce(g, x, "max"),
+    "graph_attention": lambda g, x: gnnio.ops.graph_attention(
+        g, "gat", x.view(4, 1, 3), src_score=torch.randn(4, 1, dtype=x.dtype),
+        dst_score=torch.randn(4, 1, dtype=x.dtype)),
+    "GCNConv": lambda g, x: gnnio.nn.GCNConv(3, 2).to(x.dtype)(x, g),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(CPU_16BIT_CALLS))
+def test_cpu_16bit_is_a_type_error(name, dtype):
+    g = gnnio.Graph(torch.tensor([[0, 1, 2, 3, 0, 1], [1, 2, 3, 0, 2, 3]]), num_nodes=4)
+    x = torch.randn(4, 3).to(dtype)
+    with pytest.raises(TypeError, match=rf"CPU supports float32 and float64, got {str(dtype)[6:]}"):
+        CPU_16BIT_CALLS[name](g, x)

@@ -174,5 +174,5 @@ def test_bad_input():
         OP(csr.rowptr, csr.col, x, q, wk, wvt, bv, res[:3], 0.5)
     with pytest.raises(TypeError, match="every operand must be"):
         OP(csr.rowptr, csr.col, x, q.float(), wk, wvt, bv, res, 0.5)
-    with pytest.raises(ValueError, match="float32 and float64"):
+    with pytest.raises(TypeError, match="float32 and float64"):
         OP(csr.rowptr, csr.col, *[t.bfloat16() for t in (x, q, wk, wvt, bv, res)], 0.5)

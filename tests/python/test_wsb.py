@@ -215,7 +215,7 @@ def test_bad_inputs():
     g = gnnio.Graph(ei, num_nodes=n)
     with pytest.raises(ValueError, match="backend"):
         gnnio.ops.spmm(g, torch.randn(n, 4), backend="bsr")
-    with pytest.raises(ValueError, match="CPU supports float32 and float64"):
+    with pytest.raises(TypeError, match="CPU supports float32 and float64"):
         gnnio.ops.spmm(g, torch.randn(n, 4, dtype=torch.float16), backend="wsb")
     with pytest.raises(ValueError, match="rows"):
         gnnio.ops.spmm(g, torch.randn(n + 1, 4), backend="wsb")

@@ -456,7 +456,7 @@ size_t attention_forward_cuda_workspace_bytes(const AttentionParams& p) {
 }
 
 void attention_forward_cuda(const AttentionParams& p, void* workspace, void* stream) {
-  GNNIO_CHECK(p.scalar_type != ScalarType::kFloat64, ErrorKind::kInvalidArgument,
+  GNNIO_CHECK(p.scalar_type != ScalarType::kFloat64, ErrorKind::kType,
               "graph_attention on CUDA runs float32, float16 and bfloat16 (float64 runs on the CPU)");
   GNNIO_CHECK(p.channels <= kMaxCudaChannels, ErrorKind::kInvalidArgument,
               text("graph_attention on CUDA supports up to ", kMaxCudaChannels,

@@ -15,7 +15,7 @@ namespace gnnio {
 inline bool worth_threads(int64_t work) { return work > (int64_t(1) << 16); }
 
 // Calls fn(scalar_t{}, index_t{}) with scalar_t in {float, double}; any other element type is
-// an InvalidArgument naming `what`.
+// a kType error naming `what` (TypeError in Python, as PyG_CONTRACTS' checklist asks).
 template <typename Fn>
 void dispatch_cpu(ScalarType scalar, IndexType index, const char* what, Fn&& fn) {
   dispatch_index(index, [&](auto index_tag) {
@@ -23,7 +23,7 @@ void dispatch_cpu(ScalarType scalar, IndexType index, const char* what, Fn&& fn)
       case ScalarType::kFloat32: return fn(float{}, index_tag);
       case ScalarType::kFloat64: return fn(double{}, index_tag);
       default:
-        detail::fail(ErrorKind::kInvalidArgument, what, " on CPU supports float32 and float64, got ",
+        detail::fail(ErrorKind::kType, what, " on CPU supports float32 and float64, got ",
                      to_string(scalar));
     }
   });

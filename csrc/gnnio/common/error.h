@@ -1,5 +1,6 @@
 // Errors raised by the core. The binding maps each kind to the Python exception a PyG user
-// expects (IndexError for out-of-range node ids, ValueError for bad arguments, OSError for files).
+// expects (IndexError for out-of-range node ids, ValueError for bad arguments, TypeError for an
+// element type a path does not run, OSError for files).
 #pragma once
 
 #include <stdexcept>
@@ -9,7 +10,7 @@
 
 namespace gnnio {
 
-enum class ErrorKind { kInvalidArgument, kIndex, kIo, kInternal };
+enum class ErrorKind { kInvalidArgument, kIndex, kIo, kInternal, kType };
 
 class Error : public std::runtime_error {
  public:
