@@ -86,8 +86,10 @@ constexpr int kPassAMinBlocks =
 
 // kOnline (GATv2 and dot): b.delta_in_pass_a. A template parameter, so that the default kernel
 // carries none of that mode's registers. kKeyIsValue: key_is_value(p) (dispatch_kind_kv).
-template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue, bool kOnline>
-__global__ void __launch_bounds__(kRowThreads, (kPassAMinBlocks<K, scalar_t, CPL, kKeyIsValue>)) pass_a_kernel(AttentionBackwardParams b, Partials part) {
+// kMinBlocks: kPassAMinBlocks, or 5 for an A/B of 16-bit rows (GNNIO_PASS_A_DOT_BLOCKS=5).
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue, bool kOnline,
+          int kMinBlocks = kPassAMinBlocks<K, scalar_t, CPL, kKeyIsValue>>
+__global__ void __launch_bounds__(kRowThreads, kMinBlocks) pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -507,6 +509,11 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
         constexpr bool KV = decltype(key_is_value)::value;
         if constexpr (KK == ScoreKind::kGatV2 || KK == ScoreKind::kDot) {
           if (online) {
+            if constexpr (KK == ScoreKind::kDot && !KV && CPL == 4 && !std::is_same_v<scalar_t, float>) {
+              // an A/B of the 16-bit rows' register bound (bench/NOTES.md v29)
+              const char* knob = std::getenv("GNNIO_PASS_A_DOT_BLOCKS");
+              if (knob && knob[0] == '5') return launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true, 5>);
+            }
             launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true>);
             return;
           }
