@@ -77,7 +77,9 @@ __device__ void att_block_sum(const AttentionBackwardParams& b, const Group<L>& 
 // spilled 124 / 192 bytes, ~40 local accesses in the slot loop. Measured on an H100 (bench/
 // NOTES.md v28, pass A of powerlaw-1M-16M): 6 blocks 7.44 ms, 5 blocks (96 registers, 16 / 20
 // bytes spilled) 7.23, 4 blocks (110 registers, no spill) 8.17: occupancy counts for more than
-// the spills, and 5 is the best of the three. CPL 8 keeps 4 blocks.
+// the spills, and 5 is the best of the three. 16-bit rows keep 6: at 5 their pass A was 5%
+// slower on the same graph (bf16 5.96 -> 6.23 ms, fp16 6.01 -> 6.31, NOTES v29). CPL 8 keeps 4
+// blocks.
 template <ScoreKind K, typename scalar_t, int CPL, bool kKeyIsValue>
 constexpr int kPassAMinBlocks =
     CPL >= 8 ? row_blocks(2)
@@ -86,10 +88,8 @@ constexpr int kPassAMinBlocks =
 
 // kOnline (GATv2 and dot): b.delta_in_pass_a. A template parameter, so that the default kernel
 // carries none of that mode's registers. kKeyIsValue: key_is_value(p) (dispatch_kind_kv).
-// kMinBlocks: kPassAMinBlocks, or 5 for an A/B of 16-bit rows (GNNIO_PASS_A_DOT_BLOCKS=5).
-template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue, bool kOnline,
-          int kMinBlocks = kPassAMinBlocks<K, scalar_t, CPL, kKeyIsValue>>
-__global__ void __launch_bounds__(kRowThreads, kMinBlocks) pass_a_kernel(AttentionBackwardParams b, Partials part) {
+template <ScoreKind K, typename scalar_t, typename index_t, int L, int CPL, bool kKeyIsValue, bool kOnline>
+__global__ void __launch_bounds__(kRowThreads, (kPassAMinBlocks<K, scalar_t, CPL, kKeyIsValue>)) pass_a_kernel(AttentionBackwardParams b, Partials part) {
   const AttentionParams& p = b.fwd;
   const Group<L> g;
   const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / L;
@@ -509,11 +509,6 @@ void attention_backward_cuda(const AttentionBackwardParams& b, void* workspace, 
         constexpr bool KV = decltype(key_is_value)::value;
         if constexpr (KK == ScoreKind::kGatV2 || KK == ScoreKind::kDot) {
           if (online) {
-            if constexpr (KK == ScoreKind::kDot && !KV && CPL == 4 && !std::is_same_v<scalar_t, float>) {
-              // an A/B of the 16-bit rows' register bound (bench/NOTES.md v29)
-              const char* knob = std::getenv("GNNIO_PASS_A_DOT_BLOCKS");
-              if (knob && knob[0] == '5') return launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true, 5>);
-            }
             launch(pass_a_kernel<KK, scalar_t, index_t, L, CPL, KV, true>);
             return;
           }
