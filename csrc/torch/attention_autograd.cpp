@@ -35,12 +35,12 @@ constexpr int kKeySaved = 7;      // saved: rowptr, col, value, then the 8 opera
 using ForwardSig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const OptTensor&,
     const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
-    const OptTensor&, const OptTensor&, int64_t, double, double, double, int64_t, bool,
+    const OptTensor&, const OptTensor&, int64_t, double, double, double, c10::SymInt, bool,
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
     int64_t, const OptTensor&, const OptTensor&, int64_t, bool, const OptTensor&, bool);
 using BackwardSig = std::vector<at::Tensor>(
     const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, const c10::List<OptTensor>&,
-    int64_t, at::ArrayRef<double>, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+    int64_t, at::ArrayRef<double>, c10::SymInt, const at::Tensor&, const at::Tensor&, const at::Tensor&,
     const c10::List<OptTensor>&, at::IntArrayRef, const at::Tensor&, const at::Tensor&,
     const at::Tensor&, at::IntArrayRef);
 
@@ -87,7 +87,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       const at::Tensor& value, const OptTensor& src_score, const OptTensor& dst_score,
       const OptTensor& edge_score, const OptTensor& query, const OptTensor& key,
       const OptTensor& edge_key, const OptTensor& att, const OptTensor& edge_value, int64_t num_dst,
-      double negative_slope, double scale, double dropout, int64_t seed, bool need_weights,
+      double negative_slope, double scale, double dropout, c10::SymInt seed, bool need_weights,
       const at::Tensor& rowptr_t, const at::Tensor& col_t, const at::Tensor& t2c,
       const OptTensor& heavy_rows, const OptTensor& heavy_items, int64_t light_max_degree,
       const OptTensor& heavy_src, const OptTensor& heavy_src_items, int64_t light_max_out_degree,
@@ -267,7 +267,7 @@ class GraphAttentionFunction : public torch::autograd::Function<GraphAttentionFu
       if (call_needs[kKeyNeedIndex] == 1) call_needs[kKeyNeedIndex] = 3;
     }
     auto g = op.call(s[0], s[1], ctx->saved_data["kind"].toInt(), s[2], operands, num_dst, coeffs,
-                     ctx->saved_data["seed"].toInt(), s[11], s[12], s[13], splits,
+                     ctx->saved_data["seed"].toSymInt(), s[11], s[12], s[13], splits,
                      ctx->saved_data["light_max"].toIntVector(), out, s[18], grad_out, call_needs);
     operands.clear();  // the scores' last references: freed before head_scores' backward
     scores.reset();
@@ -287,7 +287,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> graph_attention_autog
     const OptTensor& src_score, const OptTensor& dst_score, const OptTensor& edge_score,
     const OptTensor& query, const OptTensor& key, const OptTensor& edge_key, const OptTensor& att,
     const OptTensor& edge_value, int64_t num_dst, double negative_slope, double scale,
-    double dropout, int64_t seed, bool need_weights, const at::Tensor& rowptr_t,
+    double dropout, c10::SymInt seed, bool need_weights, const at::Tensor& rowptr_t,
     const at::Tensor& col_t, const at::Tensor& t2c, const OptTensor& heavy_rows,
     const OptTensor& heavy_items, int64_t light_max_degree, const OptTensor& heavy_src,
     const OptTensor& heavy_src_items, int64_t light_max_out_degree, bool save_out_acc,

@@ -130,7 +130,7 @@ TORCH_LIBRARY(gnnio, m) {
   m.def("graph_attention(Tensor rowptr, Tensor col, int kind, Tensor value, Tensor? src_score, "
         "Tensor? dst_score, Tensor? edge_score, Tensor? query, Tensor? key, Tensor? edge_key, "
         "Tensor? att, Tensor? edge_value, int num_dst, float negative_slope, float scale, "
-        "float dropout, int seed, bool need_weights, Tensor rowptr_t, Tensor col_t, Tensor t2c, "
+        "float dropout, SymInt seed, bool need_weights, Tensor rowptr_t, Tensor col_t, Tensor t2c, "
         "Tensor? heavy_rows=None, Tensor? heavy_items=None, int light_max_degree=4611686018427387904, "
         "Tensor? heavy_src=None, Tensor? heavy_src_items=None, "
         "int light_max_out_degree=4611686018427387904, bool save_out_acc=False, "
@@ -143,7 +143,7 @@ TORCH_LIBRARY(gnnio, m) {
   // heavy_src_items); light_max = (light_max_degree, light_max_out_degree). out is the forward's
   // out, or its out_acc for bf16/fp16 values.
   m.def("graph_attention_backward(Tensor rowptr, Tensor col, int kind, Tensor value, "
-        "Tensor?[] operands, int num_dst, float[] coeffs, int seed, Tensor rowptr_t, Tensor col_t, "
+        "Tensor?[] operands, int num_dst, float[] coeffs, SymInt seed, Tensor rowptr_t, Tensor col_t, "
         "Tensor t2c, Tensor?[] splits, int[] light_max, Tensor out, Tensor stats, "
         "Tensor grad_out, int[] needs) -> Tensor[]");
   // GAT's per-node scores, fused (gnnio/attention/head_scores.h): score[a, n, h] = sum_c

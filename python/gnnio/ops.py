@@ -338,7 +338,11 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
             out = wsb_gat_attention(graph, value, src_score, dst_score, negative_slope)
             return out if bias is None else out + bias.view(heads, channels)
     if dropout > 0 and seed is None:
-        seed = int(torch.randint(0, 2**62, (1,)).item())
+        # (no int(): under torch.compile the drawn seed is a symbolic int, which the op's SymInt
+        # seed takes, so a compiled training step draws a fresh mask each call)
+        seed = torch.randint(0, 2**62, (1,)).item()
+    elif not isinstance(seed, torch.SymInt):
+        seed = int(seed or 0)
     fwd = graph.csr_by_dst
     rowptr_t, col_t = graph.backward_csr(needs_grad)
     t2c = graph.src_slot_to_dst_slot if needs_grad else col_t
@@ -352,7 +356,7 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     out, stats, weights, _ = _ops.graph_attention(
         fwd.rowptr, fwd.col, _KINDS[kind], value.contiguous(), src_score, dst_score, edge_score,
         query, key, edge_key, att, edge_value, nd, float(negative_slope), float(scale),
-        float(dropout), int(seed or 0), kernel_weights, rowptr_t, col_t, t2c, *split,
+        float(dropout), seed, kernel_weights, rowptr_t, col_t, t2c, *split,
         **({} if bias is None else dict(bias=bias)),
         **({} if not in_place else dict(backward_in_place=True)))
     if not return_weights:

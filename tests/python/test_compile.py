@@ -3,6 +3,7 @@ eager execution. (Graph construction reads ids back to the host to validate them
 built outside the compiled region, or on an eager first call.)"""
 import pytest
 import torch
+import torch._dynamo.testing
 
 import gnnio
 from graphs import random_graph, real
@@ -98,3 +99,45 @@ def test_compiled_wsb_attention_matches_eager(device, as_graph, monkeypatch):
     monkeypatch.setenv("GNNIO_ATTENTION_BACKEND", "wsb")
     check_compiled(device, as_graph, AttentionNet,
                    {"gnnio::wsb_gat_attention", "gnnio::wsb_gat_attention_backward"})
+
+
+class DropoutNet(AttentionNet):
+    """AttentionNet's layers with attention dropout (used in training mode)."""
+
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+        self.c1 = gnnio.nn.GATConv(16, 8, heads=2, dropout=0.3)
+        self.c2 = gnnio.nn.GATv2Conv(16, 8, heads=2, concat=False, dropout=0.3)
+        self.c3 = gnnio.nn.TransformerConv(8, 4, heads=2, dropout=0.3)
+
+
+def test_compiled_training_dropout_fullgraph(device):
+    """Training-mode attention dropout compiled with fullgraph: each layer draws its mask's seed
+    from torch's default generator inside the graph (a symbolic int there, which the op's SymInt
+    seed takes; an int() of it failed to trace). aot_eager keeps the generator's own draws, so
+    after the same torch.manual_seed the compiled model has eager's masks: the same outputs and
+    gradients (the backward's mask is the forward's). Another seed gives other masks, with no
+    recompilation."""
+    torch._dynamo.reset()
+    ei, n = real("cora")
+    graph = gnnio.Graph(ei.to(device), num_nodes=n)
+    x = torch.randn(n, 16, device=device, requires_grad=True)
+    eager, compiled = DropoutNet().to(device).train(), DropoutNet().to(device).train()
+    compiled.load_state_dict(eager.state_dict())
+    compiled(x, graph)  # fills the Graph's caches (fullgraph cannot build them)
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    model = torch.compile(compiled, fullgraph=True, backend=counter)
+    outs = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        ref = eager(x, graph)
+        ref_grads = torch.autograd.grad(ref.sum(), [x] + list(eager.parameters()))
+        torch.manual_seed(seed)
+        out = model(x, graph)
+        grads = torch.autograd.grad(out.sum(), [x] + list(compiled.parameters()))
+        assert_reordering_close(out, ref, terms=n)
+        for a, b in zip(grads, ref_grads):
+            assert_reordering_close(a, b, terms=n)
+        outs.append(out.detach())
+    assert not torch.equal(outs[0], outs[1])
+    assert counter.frame_count == 1
