@@ -57,6 +57,7 @@ def _register_fake(name):
         return torch.library.register_fake(name)(checked)
     return wrap
 
+
 @_register_fake("gnnio::csr_from_coo")
 def _csr_from_coo_fake(row, col, num_rows, num_cols):
     return row.new_empty(num_rows + 1), row.new_empty(row.numel()), row.new_empty(row.numel())
