@@ -8,6 +8,7 @@ import glob
 import os
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 
 def _load_library():
@@ -29,14 +30,6 @@ HAS_CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("gnnio::spmm",
 # ---------------------------------------------------------------------------------------------
 # Fake kernels: output shapes follow from input shapes and int arguments only.
 
-def _tensors(args):
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            yield a
-        elif isinstance(a, (list, tuple)):
-            yield from _tensors(a)
-
-
 def _register_fake(name):
     """torch.library.register_fake, refusing real tensors mixed with meta ones.
 
@@ -48,7 +41,7 @@ def _register_fake(name):
     def wrap(fake):
         @functools.wraps(fake)
         def checked(*args, **kwargs):
-            devices = {t.device for t in _tensors(list(args) + list(kwargs.values()))}
+            devices = {t.device for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
             if len(devices) > 1 and any(d.type == "meta" for d in devices):
                 raise ValueError(f"{name}: inputs are on different devices "
                                  f"({', '.join(sorted(str(d) for d in devices))}); "

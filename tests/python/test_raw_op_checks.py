@@ -83,15 +83,15 @@ def test_seed_outside_int64_is_a_value_error(seed):
                                   dropout=0.5, seed=seed)
 
 
-# One input on the meta device and the rest on the CPU: the dispatcher picks the Meta kernel,
-# which must refuse the mix (it returned uninitialised memory before); all-meta calls keep
-# giving shapes.
+# One input (X) on the meta device and the rest on the CPU: the dispatcher picks the Meta
+# kernel, which must refuse the mix (it returned uninitialised memory before); all-meta calls
+# keep giving shapes. Y [4, 3] and S [4, 1] are the calls' other inputs.
 META_CALLS = {
     "spmm": "ops.spmm(fwd.rowptr, fwd.col, None, X, 4, 4, -1, t.rowptr, t.col, None, -1)",
-    "sddmm": "ops.sddmm(fwd.rowptr, fwd.col, X, torch.randn(4, 3))",
+    "sddmm": "ops.sddmm(fwd.rowptr, fwd.col, X, Y)",
     "segment_reduce": "ops.segment_reduce(fwd.rowptr, fwd.col, X, 4, 4, 'max', t.rowptr, t.col, "
                       "g.src_slot_to_dst_slot)",
-    "graph_attention": "ops.graph_attention(fwd.rowptr, fwd.col, 0, X.view(4, 1, 3), torch.randn(4, 1), "
+    "graph_attention": "ops.graph_attention(fwd.rowptr, fwd.col, 0, X.view(4, 1, 3), S, "
                        "None, None, None, None, None, None, None, 4, 0.2, 1.0, 0.0, 0, False, "
                        "t.rowptr, t.col, g.src_slot_to_dst_slot)",
 }
@@ -101,6 +101,7 @@ META_CALLS = {
 def test_meta_input_mixed_with_cpu_is_a_value_error(name):
     r = _run(f"""
     X = torch.randn(4, 3, device="meta")
+    Y, S = torch.randn(4, 3), torch.randn(4, 1)
     try:
         {META_CALLS[name]}
     except ValueError as e:
@@ -119,8 +120,7 @@ def test_all_meta_call_gives_shapes(name):
     fwd = NS(rowptr=meta(fwd.rowptr), col=meta(fwd.col))
     t = NS(rowptr=meta(t.rowptr), col=meta(t.col))
     g = NS(src_slot_to_dst_slot=meta(g.src_slot_to_dst_slot))
-    X = torch.randn(4, 3, device="meta")
-    torch.randn = lambda *size: torch.empty(*size, device="meta")
+    X, Y, S = (torch.empty(*size, device="meta") for size in ((4, 3), (4, 3), (4, 1)))
     res = {META_CALLS[name]}
     res = res if isinstance(res, (tuple, list)) else (res,)
     assert all(v.device.type == "meta" for v in res if isinstance(v, torch.Tensor))
