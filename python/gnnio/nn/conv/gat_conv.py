@@ -7,6 +7,7 @@ from torch.nn import Parameter
 from gnnio.adjacency import (adjacency_values_2d, is_sparse_adjacency, set_values,
                               sorted_adjacency)
 from gnnio.graph import Graph
+from gnnio.nn._base import LayerBase
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
                                glorot, linear, reset_linear, split_pair)
 from gnnio.nn.conv.graph_conv import _sizes
@@ -166,7 +167,7 @@ def _coalesced_for_loops(graphs: GraphCache, edge_index, add_self_loops: bool):
     return edge_index
 
 
-class GATConv(torch.nn.Module):
+class GATConv(LayerBase):
     r"""The graph attentional operator from `"Graph Attention Networks"
     <https://arxiv.org/abs/1710.10903>`_, drop-in for ``torch_geometric.nn.GATConv`` (PyG 2.8).
 
@@ -229,9 +230,7 @@ class GATConv(torch.nn.Module):
         _check_fill_value("GATConv", fill_value)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"gnnio.nn.GATConv: dropout must be in [0, 1), got {dropout}")
-        super().__init__()
-        self.aggr = "add"
-        self.flow, self.node_dim = "source_to_target", 0  # PyG's layer's, which user code reads
+        super().__init__(aggr="add", node_dim=0)  # PyG's layer's, which user code reads
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops, self.edge_dim, self.fill_value = add_self_loops, edge_dim, fill_value

@@ -4,6 +4,7 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
+from gnnio.nn._base import LayerBase
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, glorot, linear,
                                linears_of_one_input, materialise_lazy, reset_linear, split_pair)
 from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
@@ -12,7 +13,7 @@ from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_v
 from gnnio.ops import graph_attention
 
 
-class GATv2Conv(torch.nn.Module):
+class GATv2Conv(LayerBase):
     r"""The GATv2 operator from `"How Attentive are Graph Attention Networks?"
     <https://arxiv.org/abs/2105.14491>`_, drop-in for ``torch_geometric.nn.GATv2Conv`` (PyG 2.8).
 
@@ -59,9 +60,7 @@ class GATv2Conv(torch.nn.Module):
         _check_fill_value("GATv2Conv", fill_value)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"gnnio.nn.GATv2Conv: dropout must be in [0, 1), got {dropout}")
-        super().__init__()
-        self.aggr = "sum"
-        self.flow, self.node_dim = "source_to_target", 0  # PyG's layer's, which user code reads
+        super().__init__(aggr="sum", node_dim=0)  # PyG's layer's, which user code reads
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops, self.edge_dim, self.fill_value = add_self_loops, edge_dim, fill_value

@@ -5,12 +5,13 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from gnnio.adjacency import is_sparse_adjacency
+from gnnio.nn._base import LayerBase
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs, linear,
                                flat_edge_weight, per_node, reset_linear)
 from gnnio.ops import gcn_propagate
 
 
-class GCNConv(torch.nn.Module):
+class GCNConv(LayerBase):
     r"""The graph convolutional operator from `"Semi-supervised Classification with Graph
     Convolutional Networks" <https://arxiv.org/abs/1609.02907>`_, drop-in for
     ``torch_geometric.nn.GCNConv`` (PyG 2.8).
@@ -53,9 +54,7 @@ class GCNConv(torch.nn.Module):
         check_kwargs("GCNConv", kwargs)
         check_in_channels("GCNConv", in_channels)
         check_channels("GCNConv", out_channels)
-        super().__init__()
-        self.aggr = "add"
-        self.flow, self.node_dim = "source_to_target", -2  # PyG's layer's, which user code reads
+        super().__init__(aggr="add", node_dim=-2)  # PyG's layer's, which user code reads
         if add_self_loops is None:
             add_self_loops = normalize
         if add_self_loops and not normalize:

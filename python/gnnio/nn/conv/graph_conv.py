@@ -4,6 +4,7 @@ import torch
 from torch import Tensor
 
 from gnnio.adjacency import is_sparse_adjacency
+from gnnio.nn._base import LayerBase
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
                                linear, per_node, split_pair)
 from gnnio.ops import segment_reduce, spmm
@@ -11,7 +12,7 @@ from gnnio.ops import segment_reduce, spmm
 _AGGR = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "min": "min"}
 
 
-class GraphConv(torch.nn.Module):
+class GraphConv(LayerBase):
     r"""The graph neural network operator from `"Weisfeiler and Leman Go Neural: Higher-order
     Graph Neural Networks" <https://arxiv.org/abs/1810.02244>`_, drop-in for
     ``torch_geometric.nn.GraphConv`` (PyG 2.8).
@@ -43,9 +44,8 @@ class GraphConv(torch.nn.Module):
             raise NotImplementedError(f"gnnio.nn.GraphConv does not support aggr={aggr!r} yet "
                                       "(supported: 'add', 'mean', 'max', 'min')")
         check_kwargs("GraphConv", kwargs)
-        super().__init__()
-        self.flow, self.node_dim = "source_to_target", -2  # PyG's layer's, which user code reads
-        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
+        super().__init__(aggr=aggr, node_dim=-2)  # PyG's layer's, which user code reads
+        self.in_channels, self.out_channels = in_channels, out_channels
         if isinstance(in_channels, int):
             in_channels = (in_channels, in_channels)
         check_in_channels("GraphConv", *in_channels)

@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gnnio.nn._base import LayerBase
 from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
                                linear, per_node, split_pair)
 from gnnio.nn.conv.graph_conv import _sizes
@@ -13,7 +14,7 @@ from gnnio.ops import segment_reduce, spmm
 _AGGR = {"mean": "mean", "max": "max", "min": "min", "add": "sum", "sum": "sum"}
 
 
-class SAGEConv(torch.nn.Module):
+class SAGEConv(LayerBase):
     r"""The GraphSAGE operator from `"Inductive Representation Learning on Large Graphs"
     <https://arxiv.org/abs/1706.02216>`_, drop-in for ``torch_geometric.nn.SAGEConv`` (PyG 2.8).
 
@@ -48,9 +49,8 @@ class SAGEConv(torch.nn.Module):
             raise NotImplementedError(f"gnnio.nn.SAGEConv does not support aggr={aggr!r} yet "
                                       "(supported: 'mean', 'max', 'min', 'add', 'sum')")
         check_kwargs("SAGEConv", kwargs)
-        super().__init__()
-        self.flow, self.node_dim = "source_to_target", -2  # PyG's layer's, which user code reads
-        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
+        super().__init__(aggr=aggr, node_dim=-2)  # PyG's layer's, which user code reads
+        self.in_channels, self.out_channels = in_channels, out_channels
         if isinstance(in_channels, int):
             in_channels = (in_channels, in_channels)
         check_in_channels("SAGEConv", *in_channels)

@@ -4,6 +4,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from gnnio.nn._base import LayerBase
 from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, check_in_channels, linear,
                                linears_of_one_input, materialise_lazy, reset_linear, split_pair)
 from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _edge_attr_of, _returned_edge_index
@@ -13,7 +14,7 @@ from gnnio.nn.conv._reassociated import ReassociatedAttention
 from gnnio.plan import plan_attention, plan_transformer
 
 
-class TransformerConv(torch.nn.Module):
+class TransformerConv(LayerBase):
     r"""The graph transformer operator from `"Masked Label Prediction: Unified Message Passing
     Model for Semi-Supervised Classification" <https://arxiv.org/abs/2009.03509>`_, drop-in for
     ``torch_geometric.nn.TransformerConv`` (PyG 2.8).
@@ -74,9 +75,7 @@ class TransformerConv(torch.nn.Module):
             check_channels("TransformerConv", edge_dim)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"gnnio.nn.TransformerConv: dropout must be in [0, 1), got {dropout}")
-        super().__init__()
-        self.aggr = "add"
-        self.flow, self.node_dim = "source_to_target", 0  # PyG's layer's, which user code reads
+        super().__init__(aggr="add", node_dim=0)  # PyG's layer's, which user code reads
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.beta = beta and root_weight
         self.root_weight, self.concat, self.dropout, self.edge_dim = root_weight, concat, dropout, edge_dim
