@@ -3,14 +3,15 @@ that find graph layers by that type see gnnio's too.
 
 - ``to_hetero`` turns each MessagePassing call into one call per edge type (other modules are
   called per node type, where they would get no edge_index).
-- ``Explainer`` sets an edge mask on each MessagePassing module and reads its gradient. A mask
-  scales every message of its edge, a tensor gnnio's fused kernels never form, so while a layer
-  is explained it runs PyG's own layer class on the same parameters and submodules (the same
-  state_dict keys): the explanation is PyG's, by construction. Explaining is a small-graph tool;
-  nothing else takes that path.
-
-gnnio's layers never call ``propagate``; its hooks (``register_propagate_forward_hook`` and the
-like) do not fire. Module hooks do.
+- ``Explainer`` sets an edge mask on each MessagePassing module and reads its gradient;
+  GraphMaskExplainer replaces its ``explain_message``; PyG's message-passing hooks
+  (``register_message_forward_hook`` and the like: AttentionExplainer, ``to_hetero_with_bases``)
+  see each edge's message. All need the per-edge messages that gnnio's fused kernels never form.
+  So while a layer is explained, or holds such a hook, it runs PyG's own layer class (its
+  "twin") on the same parameters, buffers, submodules (the same state_dict keys) and hook dicts;
+  attributes the twin lacks (what explainers and hooks set on the module) are read from the
+  layer. The result is PyG's, by construction; hooks are called with the twin as their module.
+  These are small-graph tools; nothing else takes that path.
 """
 import inspect
 import weakref
@@ -35,32 +36,66 @@ class LayerBase(_Base if _Base is not None else torch.nn.Module):
             super().__init__(aggr=aggr, node_dim=node_dim)
 
     def __call__(self, *args, **kwargs):
-        if getattr(self, "_explain", None) is True:
-            return _explained_call(self, args, kwargs)
+        if _Base is not None and (self._explain is True or any(getattr(self, d) for d in _HOOK_DICTS)):
+            return _call_as_pyg(self, args, kwargs)
         return super().__call__(*args, **kwargs)
 
 
-def _explained_call(layer: torch.nn.Module, args, kwargs):
+# MessagePassing's per-stage hook dicts (filled by its register_*_hook methods).
+_HOOK_DICTS = tuple(f"_{stage}_forward{kind}_hooks" for stage in
+                    ("propagate", "message", "aggregate", "message_and_aggregate", "edge_update")
+                    for kind in ("_pre", ""))
+
+
+def _call_as_pyg(layer: torch.nn.Module, args, kwargs):
     from gnnio.graph import Graph
 
     if any(isinstance(a, Graph) for a in (*args, *kwargs.values())):
         raise NotImplementedError(
-            f"gnnio.nn.{type(layer).__name__}: an explained layer needs the edge_index the "
-            "Explainer's edge mask is laid over, not a gnnio.Graph")
+            f"gnnio.nn.{type(layer).__name__}: explained or hooked per message, a layer needs the "
+            "edge_index its edges are numbered by, not a gnnio.Graph")
     twin = _TWINS.get(layer)
     if twin is None:
         twin = _TWINS[layer] = _pyg_twin(layer)
     twin.train(layer.training)
-    twin.explain = True
+    twin.fuse = False  # PyG's fused path calls no message hooks (to_hetero_with_bases sets the same)
+    # The explain setter inspects explain_message's signature only when the flag changes.
+    twin.explain = None
+    if "explain_message" in layer.__dict__:
+        twin.explain_message = layer.__dict__["explain_message"]  # bound to the layer, as set
+    else:
+        twin.__dict__.pop("explain_message", None)
+    twin.explain = layer._explain
     twin._edge_mask, twin._loop_mask = layer._edge_mask, layer._loop_mask
     twin._apply_sigmoid = layer._apply_sigmoid
     return twin(*args, **kwargs)
 
 
+# PyG layer class -> its subclass whose instances read missing attributes from their layer.
+_TWIN_CLASSES = {}
+
+
+def _twin_class(cls: type) -> type:
+    if cls not in _TWIN_CLASSES:
+        def __getattr__(self, name):
+            try:
+                return cls.__getattr__(self, name)  # torch's: parameters, buffers, submodules
+            except AttributeError:
+                ref = self.__dict__.get("_gnnio_layer")  # None while PyG's __init__ runs
+                layer = ref() if ref is not None else None
+                if layer is None:
+                    raise
+                return getattr(layer, name)
+
+        _TWIN_CLASSES[cls] = type(cls.__name__, (cls,), {"__getattr__": __getattr__,
+                                                         "__module__": cls.__module__})
+    return _TWIN_CLASSES[cls]
+
+
 def _pyg_twin(layer: torch.nn.Module) -> torch.nn.Module:
     """PyG's class of the same name, built from the layer's settings (its attributes of the
-    constructor's argument names), then given the layer's own parameter, buffer and submodule
-    dicts: the same objects, so gradients and later updates are shared."""
+    constructor's argument names), then given the layer's own parameter, buffer, submodule and
+    hook dicts: the same objects, so gradients, later updates and new hooks are shared."""
     import torch_geometric.nn as pyg_nn
 
     cls = getattr(pyg_nn, type(layer).__name__)
@@ -72,6 +107,9 @@ def _pyg_twin(layer: torch.nn.Module) -> torch.nn.Module:
         if isinstance(value, (torch.nn.Module, torch.nn.Parameter)) or (name == "bias" and value is None):
             continue  # a learnable part: it comes with the dicts below
         settings[name] = value
-    twin = cls(**settings)
+    twin = _twin_class(cls)(**settings)
     twin._parameters, twin._buffers, twin._modules = layer._parameters, layer._buffers, layer._modules
+    for d in _HOOK_DICTS:
+        setattr(twin, d, getattr(layer, d))
+    twin.__dict__["_gnnio_layer"] = weakref.ref(layer)  # not a submodule; the layer owns the twin
     return twin
