@@ -107,7 +107,8 @@ def _pyg_twin(layer: torch.nn.Module) -> torch.nn.Module:
         if isinstance(value, (torch.nn.Module, torch.nn.Parameter)) or (name == "bias" and value is None):
             continue  # a learnable part: it comes with the dicts below
         settings[name] = value
-    twin = _twin_class(cls)(**settings)
+    with torch.device("meta"):  # its own parameters are dropped: no memory, no random draws
+        twin = _twin_class(cls)(**settings)
     twin._parameters, twin._buffers, twin._modules = layer._parameters, layer._buffers, layer._modules
     for d in _HOOK_DICTS:
         setattr(twin, d, getattr(layer, d))
