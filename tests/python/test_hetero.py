@@ -1,8 +1,7 @@
 """Heterogeneous graphs: gnnio layers inside PyG's HeteroConv (one layer per edge type,
 bipartite and lazy input sizes, as PyG's hetero examples write them), against the same model of
 PyG layers with the same weights, forward and backward (layer_pairs.check_against_pyg), with
-edge_index dicts and with sparse adj_t dicts. (PyG's to_hetero needs MessagePassing modules,
-which gnnio's layers are not: docs/api.md.)"""
+edge_index dicts and with sparse adj_t dicts. (to_hetero: test_message_passing.py.)"""
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn

@@ -3,6 +3,7 @@ graph layers by that type (to_hetero, to_hetero_with_bases, the explainers, get_
 against the same tool on PyG's layers with the same weights. Outputs and gradients follow
 layer_pairs.check_against_pyg's rule (float64 PyG as the reference); the explainers' masks
 are compared exactly, since an explained gnnio layer runs PyG's own class on its parameters."""
+import copy
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ from torch_geometric.nn import MessagePassing, to_hetero, to_hetero_with_bases
 import gnnio
 import gnnio.nn
 from gnnio.nn import _base
+from conftest import assert_no_worse_than_reference
 from layer_pairs import check_against_pyg, make_pair
 
 # (layer, args, kwargs) of homogeneous layers; the attention layers add self loops by default.
@@ -245,3 +247,25 @@ def test_layers_work_without_pyg():
     assert run.returncode == 0, run.stderr
     assert run.stdout.split("\n")[:4] == ["GCNConv add -2", "SAGEConv max -2", "GATConv add 0",
                                           "TransformerConv add 0"]
+
+
+def test_get_embeddings_and_module_hooks_see_gnnio_layers():
+    """get_embeddings hooks each MessagePassing module's forward; module hooks run whether the
+    layer takes its own kernels or, explained, PyG's class."""
+    from torch_geometric.utils import get_embeddings
+    ei, x = _graph(), torch.randn(12, 8)
+    pyg, ours = (_TwoLayers(lib, "SAGEConv", (8, 6), {}) for lib in (pyg_nn, gnnio.nn))
+    _same_weights(pyg, ours, x, ei)
+    theirs, mine = get_embeddings(pyg, x, ei), get_embeddings(ours, x, ei)
+    exact = get_embeddings(copy.deepcopy(pyg).double(), x.double(), ei)
+    assert len(mine) == len(theirs) == len(exact) == 2
+    for a, b, e in zip(mine, theirs, exact):
+        assert_no_worse_than_reference(a, b, e)
+    calls = []
+    handle = ours.conv1.register_forward_hook(lambda module, inputs, out: calls.append(out.shape))
+    set_masks(ours, torch.randn(ei.size(1)), ei)
+    ours(x, ei)
+    clear_masks(ours)
+    ours(x, ei)
+    handle.remove()
+    assert calls == [torch.Size([12, 6])] * 2

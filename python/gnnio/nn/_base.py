@@ -13,6 +13,7 @@ that find graph layers by that type see gnnio's too.
   layer. The result is PyG's, by construction; hooks are called with the twin as their module.
   These are small-graph tools; nothing else takes that path.
 """
+import functools
 import inspect
 import weakref
 
@@ -35,10 +36,21 @@ class LayerBase(_Base if _Base is not None else torch.nn.Module):
         else:
             super().__init__(aggr=aggr, node_dim=node_dim)
 
-    def __call__(self, *args, **kwargs):
-        if _Base is not None and (self._explain is True or any(getattr(self, d) for d in _HOOK_DICTS)):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if _Base is not None and "forward" in cls.__dict__:
+            cls.forward = _per_message_when_needed(cls.__dict__["forward"])
+
+
+def _per_message_when_needed(forward):
+    """The layer's forward, or its twin's while it is explained or holds a message-passing hook
+    (inside forward, so the layer's own module hooks run either way)."""
+    @functools.wraps(forward)
+    def dispatch(self, *args, **kwargs):
+        if self._explain is True or any(getattr(self, d) for d in _HOOK_DICTS):
             return _call_as_pyg(self, args, kwargs)
-        return super().__call__(*args, **kwargs)
+        return forward(self, *args, **kwargs)
+    return dispatch
 
 
 # MessagePassing's per-stage hook dicts (filled by its register_*_hook methods).
