@@ -34,3 +34,18 @@ def hub(num_neighbours=100_000, extra_nodes=20):
     dst = torch.zeros(num_neighbours, dtype=torch.long)
     other = torch.randint(n, (2, 200))
     return torch.cat([torch.stack([src, dst]), other], 1), n
+
+
+def hetero_papers(device="cpu"):
+    """A small heterogeneous graph: authors write papers, papers cite papers, and the reverse of
+    writing; feature sizes differ per node type (8 and 6)."""
+    from torch_geometric.data import HeteroData
+
+    d = HeteroData()
+    d["paper"].x = torch.randn(30, 8)
+    d["author"].x = torch.randn(20, 6)
+    writes = torch.stack([torch.randint(0, 20, (80,)), torch.randint(0, 30, (80,))])
+    d["author", "writes", "paper"].edge_index = writes
+    d["paper", "cites", "paper"].edge_index = torch.randint(0, 30, (2, 90))
+    d["paper", "rev_writes", "author"].edge_index = writes.flip(0)
+    return d.to(device)

@@ -6,24 +6,13 @@ import pytest
 import torch
 import torch_geometric.nn as pyg_nn
 import torch_geometric.transforms as T
-from torch_geometric.data import HeteroData
 
 import gnnio.nn
+from graphs import hetero_papers
 from layer_pairs import check_against_pyg
 
 EDGE_TYPES = [("author", "writes", "paper"), ("paper", "cites", "paper"),
               ("paper", "rev_writes", "author")]
-
-
-def _data(device):
-    d = HeteroData()
-    d["paper"].x = torch.randn(30, 8)
-    d["author"].x = torch.randn(20, 6)
-    writes = torch.stack([torch.randint(0, 20, (80,)), torch.randint(0, 30, (80,))])
-    d["author", "writes", "paper"].edge_index = writes
-    d["paper", "cites", "paper"].edge_index = torch.randint(0, 30, (2, 90))
-    d["paper", "rev_writes", "author"].edge_index = writes.flip(0)
-    return d.to(device)
 
 
 def _model(lib):
@@ -36,7 +25,7 @@ def _model(lib):
 
 @pytest.mark.parametrize("adjacency", ["edge_index", "adj_t"])
 def test_hetero_conv_of_gnnio_layers_matches_pyg(device, adjacency):
-    data = _data(device)
+    data = hetero_papers(device)
     if adjacency == "adj_t":
         data = T.ToSparseTensor(layout=torch.sparse_csr)(data)
     graphs = data.edge_index_dict if adjacency == "edge_index" else data.adj_t_dict

@@ -11,7 +11,6 @@ import textwrap
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
-from torch_geometric.data import HeteroData
 from torch_geometric.explain import Explainer
 from torch_geometric.explain.algorithm import AttentionExplainer, GNNExplainer, GraphMaskExplainer
 from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
@@ -21,6 +20,7 @@ import gnnio
 import gnnio.nn
 from gnnio.nn import _base
 from conftest import assert_no_worse_than_reference
+from graphs import hetero_papers
 from layer_pairs import check_against_pyg, make_pair
 
 # (layer, args, kwargs) of homogeneous layers; the attention layers add self loops by default.
@@ -82,17 +82,6 @@ def test_layers_are_message_passing_modules(name, args, kwargs):
     assert get_num_hops(_TwoLayers(gnnio.nn, name, args, kwargs)) == 2
 
 
-def _hetero_data():
-    d = HeteroData()
-    d["paper"].x = torch.randn(30, 8)
-    d["author"].x = torch.randn(20, 6)
-    writes = torch.stack([torch.randint(0, 20, (80,)), torch.randint(0, 30, (80,))])
-    d["author", "writes", "paper"].edge_index = writes
-    d["paper", "cites", "paper"].edge_index = torch.randint(0, 30, (2, 90))
-    d["paper", "rev_writes", "author"].edge_index = writes.flip(0)
-    return d
-
-
 def _hetero_call(edge_index_dict):
     def call(model, t):
         out = model({"paper": t["paper"], "author": t["author"]}, edge_index_dict)
@@ -104,7 +93,7 @@ def _hetero_call(edge_index_dict):
 def test_to_hetero_of_gnnio_layers_matches_pyg(name, args, kwargs):
     """to_hetero rewrites each MessagePassing call into one per edge type and sums them per
     destination type; gnnio's layers, as such modules, get edge_index per edge type."""
-    data = _hetero_data()
+    data = hetero_papers()
     pyg = to_hetero(_TwoLayers(pyg_nn, name, args, kwargs), data.metadata(), aggr="sum")
     ours = to_hetero(_TwoLayers(gnnio.nn, name, args, kwargs), data.metadata(), aggr="sum")
     _same_weights(pyg, ours, data.x_dict, data.edge_index_dict)
@@ -114,7 +103,7 @@ def test_to_hetero_of_gnnio_layers_matches_pyg(name, args, kwargs):
 def test_to_hetero_with_bases_of_gnnio_layers_matches_pyg():
     """to_hetero_with_bases weights each edge type's messages by a message hook: the layer
     holding one runs as PyG's class, which calls it."""
-    data = _hetero_data()
+    data = hetero_papers()
     models = []
     for lib in (pyg_nn, gnnio.nn):
         torch.manual_seed(0)
