@@ -258,3 +258,17 @@ def test_get_embeddings_and_module_hooks_see_gnnio_layers():
     ours(x, ei)
     handle.remove()
     assert calls == [torch.Size([12, 6])] * 2
+
+
+def test_explained_subclass_of_a_gnnio_layer_runs_as_its_pyg_class():
+    class Scaled(gnnio.nn.GCNConv):
+        def forward(self, x, edge_index):
+            return 2 * super().forward(x, edge_index)
+
+    ours, pyg = Scaled(8, 6), pyg_nn.GCNConv(8, 6)
+    pyg.load_state_dict(ours.state_dict())
+    ei, x, mask = _graph(), torch.randn(12, 8), torch.randn(40)
+    for layer in (ours, pyg):
+        set_masks(layer, mask, ei)
+    # The subclass's forward runs, and its super().forward explains as PyG's GCNConv does.
+    torch.testing.assert_close(ours(x, ei), 2 * pyg(x, ei), rtol=0, atol=0)

@@ -38,7 +38,9 @@ class LayerBase(_Base if _Base is not None else torch.nn.Module):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if _Base is not None and "forward" in cls.__dict__:
+        # gnnio's own layers only: a user's subclass runs its forward, whose super() call
+        # reaches the dispatch.
+        if _Base is not None and "forward" in cls.__dict__ and cls.__module__.startswith("gnnio.nn.conv"):
             cls.forward = _per_message_when_needed(cls.__dict__["forward"])
 
 
@@ -110,7 +112,9 @@ def _pyg_twin(layer: torch.nn.Module) -> torch.nn.Module:
     hook dicts: the same objects, so gradients, later updates and new hooks are shared."""
     import torch_geometric.nn as pyg_nn
 
-    cls = getattr(pyg_nn, type(layer).__name__)
+    # The gnnio class PyG has (a user's subclass of one is explained as it)
+    ours = next(c for c in type(layer).__mro__ if c.__module__.startswith("gnnio.nn.conv"))
+    cls = getattr(pyg_nn, ours.__name__)
     settings = {}
     for name, p in inspect.signature(cls.__init__).parameters.items():
         if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or name == "self" or not hasattr(layer, name):
