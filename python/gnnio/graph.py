@@ -48,6 +48,19 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
     return t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t
 
 
+def refuse_traced(edge_index) -> None:
+    """A Graph is built by reading edge ids on the host (validation, degrees, the planner's
+    split), which tracing with fake tensors cannot do: torch.export and make_fx get this error
+    instead of torch's about a data pointer. (torch.compile does not reach it: it runs the build
+    outside its graph.)"""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if isinstance(edge_index, torch.Tensor) and is_fake(edge_index):
+        raise NotImplementedError(
+            "gnnio builds its Graph from edge ids read on the host, which torch.export and "
+            "make_fx cannot trace; exporting gnnio layers is not supported yet (torch.compile is)")
+
+
 def check_edge_index(edge_index, name: str = "edge_index") -> torch.Tensor:
     if not isinstance(edge_index, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape [2, num_edges], "
@@ -80,6 +93,7 @@ class Graph:
 
     def __init__(self, edge_index: torch.Tensor, num_nodes: Optional[int] = None, *,
                  size: Optional[Tuple[int, int]] = None):
+        refuse_traced(edge_index)
         original = edge_index
         stored = None
         if is_sparse_adjacency(edge_index):

@@ -141,3 +141,13 @@ def test_compiled_training_dropout_fullgraph(device):
         outs.append(out.detach())
     assert not torch.equal(outs[0], outs[1])
     assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("name", ["GCNConv", "SAGEConv", "GATConv"])
+def test_export_is_refused_clearly(name):
+    """torch.export traces with fake tensors, and building a Graph reads edge ids on the host:
+    a NotImplementedError that says so, not torch's data-pointer error from deep inside."""
+    ei, n = random_graph(30, 100)
+    layer = getattr(gnnio.nn, name)(8, 4)
+    with pytest.raises(NotImplementedError, match="torch.export"):
+        torch.export.export(layer, (torch.randn(n, 8), ei))

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 import torch
 
 from gnnio.adjacency import adjacency_key, adjacency_values, is_sparse_adjacency
-from gnnio.graph import Graph
+from gnnio.graph import Graph, refuse_traced
 from gnnio.ops import column_sum
 
 # MessagePassing keyword arguments and the only values gnnio implements.
@@ -181,6 +181,7 @@ class GraphCache:
                             "sparse adj_t [num_dst, num_src] (torch.sparse COO, CSR or CSC) or a "
                             f"gnnio.Graph, got {type(edge_index).__name__}")
         num_dst = num_src if num_dst is None else num_dst
+        refuse_traced(edge_index)
         if is_sparse_adjacency(edge_index):
             key = adjacency_key(edge_index) + (num_src, num_dst, edge_index.device)
         else:
