@@ -27,6 +27,35 @@ ops = torch.ops.gnnio
 HAS_CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("gnnio::spmm", "CUDA")
 
 
+HALF_TYPES = (torch.float16, torch.bfloat16)
+
+
+def float32_on_cpu(dtype: torch.dtype, call, *args, **kwargs):
+    """``call(*args, **kwargs)``. When ``dtype`` (the features') is 16-bit and the call's tensors
+    are on the CPU, whose kernels take float32 and float64: its 16-bit tensors go in as float32
+    copies (exact) and its floating results come back rounded once to ``dtype``. That is the
+    CUDA kernels' precision model (16-bit operands, float32 inside, each result rounded once),
+    so a 16-bit model or ``torch.autocast`` runs on the CPU as on CUDA; the copies cost memory,
+    not accuracy. Autograd sees the casts: gradients come back in ``dtype`` the same way."""
+    leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if dtype not in HALF_TYPES or not leaves or leaves[0].device.type != "cpu":
+        return call(*args, **kwargs)
+
+    def up(v):
+        if isinstance(v, torch.Tensor) and v.dtype in HALF_TYPES:
+            return v.float()
+        return v
+
+    def down(v):
+        if isinstance(v, torch.Tensor) and v.dtype.is_floating_point:
+            return v.to(dtype)
+        if isinstance(v, tuple):
+            return tuple(down(t) for t in v)
+        return v
+
+    return down(call(*[up(a) for a in args], **{k: up(v) for k, v in kwargs.items()}))
+
+
 # ---------------------------------------------------------------------------------------------
 # Fake kernels: output shapes follow from input shapes and int arguments only.
 

@@ -21,7 +21,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import torch
 
-from gnnio._ops import ops
+from gnnio._ops import float32_on_cpu, ops
 from gnnio.adjacency import adjacency_edges, is_sparse_adjacency
 
 _INT32_MAX = 2**31 - 1
@@ -515,7 +515,8 @@ class Graph:
         if normalize:
             # Weighted in-degree as A · 1 with gnnio's own SpMM: deterministic, no atomics.
             ones = torch.ones(graph.num_src, 1, dtype=dtype, device=self.device)
-            deg = _spmm_raw(graph, w[graph.csr_by_dst.perm.long()], ones).view(-1)
+            deg = float32_on_cpu(dtype, _spmm_raw, graph, w[graph.csr_by_dst.perm.long()],
+                                 ones).view(-1)
             dis = deg.pow(-0.5)
             dis = dis.masked_fill(dis == float("inf"), 0.0)
             w = dis[graph._src.long()] * w * dis[graph._dst.long()]

@@ -670,6 +670,10 @@ def plan_transformer(device: torch.device, *, edge_term: bool, dropout: bool, we
                                       ("attention weights returned", weights),
                                       ("lin_key / lin_value not plain Linears", not plain),
                                       ("autocast", autocast),
+                                      # (its CPU kernels take float32 and float64; direct's
+                                      # op runs 16-bit on the CPU in float32, gnnio.ops)
+                                      ("16-bit on the CPU", device.type != "cuda"
+                                       and dtype in (torch.float16, torch.bfloat16)),
                                       ("more heads or input features than the CUDA kernel holds",
                                        device.type == "cuda" and not _shared_rows_fit(heads, features)
                                        and not (candidate == "fused" and fused_fits)))

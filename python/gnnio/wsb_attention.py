@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 from torch.autograd.function import once_differentiable
 
-from gnnio._ops import ops as _ops
+from gnnio._ops import float32_on_cpu, ops as _ops
 from gnnio.graph import Graph
 
 MAX_CHANNELS = 128  # kWsbAttentionMaxChannels: a head's 16 x C block is staged in shared memory
@@ -32,9 +32,6 @@ def wsb_attention_blockers(kind: str, value: torch.Tensor, *, edge_score=None, e
         why.append(f"{value.size(2)} channels a head (at most {MAX_CHANNELS})")
     if value.is_cuda and value.dtype == torch.float64:
         why.append("float64 on CUDA (tensor cores take float32 as tf32, float16, bfloat16)")
-    if not value.is_cuda and value.dtype not in (torch.float32, torch.float64):
-        why.append(f"{value.dtype} on the CPU (the CPU kernels take float32 and float64, as the "
-                   f"CSR ones do)")
     return why
 
 
@@ -48,7 +45,8 @@ def wsb_gat_attention(graph: Graph, value: torch.Tensor, src_score: torch.Tensor
     products run on tensor cores, float32 as tf32 (about 1e-3 relative) whatever
     ``torch.backends.cuda.matmul``'s setting when called directly or forced (the planner's auto
     rule picks float32 tiles only where tf32 is allowed); on the CPU float32 or float64
-    throughout."""
+    throughout, float16 / bfloat16 in float32 with each result rounded once to the dtype
+    (gnnio._ops.float32_on_cpu)."""
     if not isinstance(value, torch.Tensor) or value.dim() != 3 or value.size(0) != graph.num_src:
         raise ValueError(f"value must be a [num_src={graph.num_src}, heads, channels] Tensor, got "
                          f"{list(value.shape) if isinstance(value, torch.Tensor) else type(value)}")
@@ -68,9 +66,10 @@ def wsb_gat_attention(graph: Graph, value: torch.Tensor, src_score: torch.Tensor
         # The backward's transposed tiles, built here rather than inside the backward, where a
         # torch.compile trace of the backward would meet the cache's host work.
         graph.wsb(transpose=True), graph.wsb_counts(transpose=True)
-    return _WsbGatAttention.apply(graph, value.contiguous(), src_score.contiguous(),
-                                  None if dst_score is None else dst_score.contiguous(),
-                                  float(negative_slope), training)
+    return float32_on_cpu(value.dtype, _WsbGatAttention.apply, graph, value.contiguous(),
+                          src_score.contiguous(),
+                          None if dst_score is None else dst_score.contiguous(),
+                          float(negative_slope), training)
 
 
 class _WsbGatAttention(torch.autograd.Function):

@@ -232,26 +232,3 @@ def call_with_weight(ei):
 
 def call_without_weight(ei):
     return lambda layer, t: layer(t["x"], ei)
-
-
-_MODULES = {"GATConv": "gat_conv", "GATv2Conv": "gatv2_conv", "TransformerConv": "transformer_conv"}
-
-
-def emulate_low_precision(monkeypatch, layer):
-    """Makes the attention layer run its op in float32 on fp16 / bf16 operands, rounding the
-    results back: the CUDA kernel's precision model (fp32 inside, each result rounded once), on
-    the CPU, whose kernels take float32 and float64 only."""
-    import importlib
-    module = importlib.import_module(f"gnnio.nn.conv.{_MODULES[layer]}")
-    real = module.graph_attention
-
-    def emulated(graph, kind, value, **kwargs):
-        dtype = value.dtype
-        if dtype not in (torch.float16, torch.bfloat16):
-            return real(graph, kind, value, **kwargs)
-        kwargs = {k: v.float() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        result = real(graph, kind, value.float(), **kwargs)
-        return result.to(dtype) if isinstance(result, torch.Tensor) else \
-            tuple(t.to(dtype) for t in result)
-
-    monkeypatch.setattr(module, "graph_attention", emulated)

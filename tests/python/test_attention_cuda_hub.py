@@ -12,7 +12,6 @@ import torch
 import gnnio
 from conftest import assert_no_worse_than_reference
 from graphs import hub, random_graph
-from layer_pairs import emulate_low_precision
 from test_attention import _spy_on  # a helper, not a test
 from test_attention_cuda import L_HUB
 from test_attention_op import OP_CASES, OP_IDS, make_operands as make_op_operands
@@ -108,17 +107,17 @@ def test_cuda_layer_matches_cpu_on_hub(layer, opts):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("layer,opts", CUDA_LAYERS, ids=CUDA_IDS)
-def test_cuda_layer_low_precision_on_hub(monkeypatch, layer, opts, dtype):
+def test_cuda_layer_low_precision_on_hub(layer, opts, dtype):
     """bf16 / fp16 on CUDA against float64 on the CPU from the same rounded inputs and weights,
-    no worse than twice a CPU emulation of the same precision model (dense parts in the dtype,
-    the op in fp32, each result rounded once), plus a floor of one rounding to the dtype and the
+    no worse than twice the CPU's run of the same precision model (dense parts in the dtype,
+    the op in fp32, each result rounded once: gnnio._ops.float32_on_cpu), plus a floor of one rounding to the dtype and the
     fp32 accumulation over the hub's L = 2*10^5 terms: (eps + 4 sqrt(L) eps32) of the scale.
 
-    Why an emulation and not eps alone: the dtype's roundings of the layer's dense parts (the
+    Why that CPU run and not eps alone: the dtype's roundings of the layer's dense parts (the
     projections, scores, the incoming gradient) enter every one of the hub row's 2*10^5 terms
     with random signs, so that row's error grows like sqrt(L) eps of a term while the row itself
     can be much smaller than sqrt(L) terms (cancellation): up to ~30 eps of the scale for the
-    input gradient of the hub here, data-dependent. The emulation carries the same roundings of
+    input gradient of the hub here, data-dependent. The CPU run carries the same roundings of
     the same numbers, so it measures that part, and the floor bounds what the kernel adds.
     Parameter gradients (sums over all nodes by torch's GEMMs) are checked in fp32 only."""
     eps = torch.finfo(dtype).eps
@@ -128,7 +127,6 @@ def test_cuda_layer_low_precision_on_hub(monkeypatch, layer, opts, dtype):
     out, grads = _forward_backward(_module_with(layer, opts, state, "cuda", dtype), x.cuda(),
                                    ei.cuda(), ea.cuda())
     assert out.dtype == dtype
-    emulate_low_precision(monkeypatch, layer)
     out_t, grads_t = _forward_backward(_module_with(layer, opts, state, "cpu", dtype), x, ei, ea)
     out_e, grads_e = _forward_backward(_module_with(layer, opts, state, "cpu", torch.float64),
                                        x.double(), ei, ea.double())

@@ -17,14 +17,17 @@ pre-activations across a kink now and then, on different edges for the two, wher
 slope changes).
 
 TransformerConv has no float32 parameter in its op and runs it in the projections' dtype with
-float32 accumulation (a bf16 / fp16 layer); on the CPU, whose kernels take float32 and float64
-only, through an emulation of that precision model (layer_pairs.emulate_low_precision). It is
-checked whole, forward and backward, against PyG's under autocast and float64. Its extra
-roundings (the output and the op's gradients, eps/2 of each value) enter every term of a sum
-with random signs, so a sum of L terms carries ~sqrt(L) eps/2 of a term, and the sum itself can
-be smaller than its terms (cancellation, as in the hub tests): a floor of (1 + sqrt(L)) eps of
-the scale, L the products behind one element: a node's edges (degree + 1) times the 8 features
-a projection sums for the output and the input gradients, all edges times 8 for the parameters'.
+float32 accumulation (a bf16 / fp16 layer); GCNConv aggregates its 16-bit projection the same
+way. On the CPU, whose kernels take float32 and float64 only, gnnio's ops run 16-bit operands
+as float32 copies and round each result once (gnnio._ops.float32_on_cpu): the CUDA kernels'
+precision model. These are checked whole, forward and backward, against PyG's under autocast and
+float64. Their extra roundings (the output and the op's gradients, eps/2 of each value) enter
+every term of a sum with random signs, so a sum of L terms carries ~sqrt(L) eps/2 of a term, and
+the sum itself can be smaller than its terms (cancellation, as in the hub tests): a floor of
+(1 + sqrt(L)) eps of the scale, L the products behind one element: a node's edges (degree + 1)
+times the 8 features a projection sums for the output and the input gradients, all edges times 8
+for the parameters'. The same rule checks every layer as a 16-bit model (weights and features in
+the dtype, no autocast), where the SpMM, reduction and attention ops all run in the dtype.
 """
 import copy
 
@@ -33,7 +36,7 @@ import torch
 
 from conftest import assert_no_worse_than_reference
 from graphs import random_graph
-from layer_pairs import emulate_low_precision, make_pair
+from layer_pairs import make_pair
 
 EPS32 = torch.finfo(torch.float32).eps
 DTYPES = pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -45,8 +48,14 @@ GAT_CASES = [
     ("GATv2Conv", {"heads": 2}, False), ("GATv2Conv", {"heads": 2, "edge_dim": 3}, False),
     ("GATv2Conv", {"heads": 2, "share_weights": True}, False),
 ]
-TRANSFORMER_CASES = [("TransformerConv", {"heads": 2}, False),
-                     ("TransformerConv", {"heads": 2, "edge_dim": 3}, True)]
+# Layers whose op runs in the projections' 16-bit dtype under autocast.
+ROUNDED_CASES = [("TransformerConv", {"heads": 2}, False),
+                 ("TransformerConv", {"heads": 2, "edge_dim": 3}, True),
+                 ("GCNConv", {}, False), ("GCNConv", {"improved": True}, False)]
+# Every layer as a 16-bit model (max / min: the forward only; see the test).
+MODEL_CASES = ROUNDED_CASES + GAT_CASES + [
+    ("GraphConv", {"aggr": "add"}, True), ("GraphConv", {"aggr": "max"}, False),
+    ("SAGEConv", {}, True), ("SAGEConv", {"aggr": "min"}, False)]
 
 
 def _ids(cases):
@@ -149,25 +158,37 @@ def test_gat_layers_under_autocast_match_pyg(device, name, opts, bipartite, dtyp
     _close("output", out_o, out_p, out_e, 8 * EPS32)
 
 
-@DTYPES
-@pytest.mark.parametrize("name,opts,bipartite", TRANSFORMER_CASES, ids=_ids(TRANSFORMER_CASES))
-def test_transformer_under_autocast(device, monkeypatch, name, opts, bipartite, dtype):
-    if device.type == "cpu":
-        emulate_low_precision(monkeypatch, name)
+def _check_whole(device, name, opts, bipartite, dtype, model):
+    """gnnio's layer and PyG's, both under autocast (or both as 16-bit models), against PyG's in
+    float64: the output and, unless the aggregation is max / min, every gradient."""
     ei, x, ea, in_channels = _problem(device, bipartite, "edge_dim" in opts)
+    if name in ("GATConv", "GATv2Conv"):
+        # 16-bit scores cross LeakyReLU's kink on different edges for the two libraries now and
+        # then (as in test_gat_layers_under_autocast_match_pyg), where the slope jumps
+        opts = dict(opts, negative_slope=1.0)
     pyg, ours = make_pair(name, in_channels, 4, device=device, **opts)
     exact = copy.deepcopy(pyg).double()
-    out_o, x_o = _call(ours, x, ei, ea, torch.float32, True, dtype, device)
-    out_p, x_p = _call(pyg, x, ei, ea, torch.float32, True, dtype, device)
-    out_e, x_e = _call(exact, x, ei, ea, torch.float64, False, dtype, device)
-    assert out_o.dtype == dtype  # the skip's addition, in the dtype (PyG's promotes to float32)
+    cast = dtype if model else torch.float32
+    if model:
+        pyg, ours = pyg.to(dtype), ours.to(dtype)
+        exact = copy.deepcopy(pyg).double()  # the rounded weights, exactly
+    out_o, x_o = _call(ours, x, ei, ea, cast, not model, dtype, device)
+    out_p, x_p = _call(pyg, x, ei, ea, cast, not model, dtype, device)
+    out_e, x_e = _call(exact, [t.to(cast) for t in x], ei, ea if ea is None else ea.to(cast),
+                       torch.float64, False, dtype, device)
+    if name == "TransformerConv" or model:
+        assert out_o.dtype == dtype  # (TransformerConv: the skip's addition in the dtype)
+    else:
+        assert out_o.dtype == out_p.dtype
     eps = torch.finfo(dtype).eps
     degree = (max(int(torch.bincount(ei[k]).max()) for k in (0, 1)) + 1) * 8
     edges = (ei.size(1) + x[-1].size(0)) * 8
     _close("output", out_o, out_p, out_e, (1 + degree ** 0.5) * eps)
+    if opts.get("aggr") in ("max", "min"):
+        return  # a 16-bit x ties often; PyG's gradient splits among ties, gnnio's takes the first
     gout = torch.randn(out_e.shape, device=device)
-    out_o.backward(gout)
-    out_p.backward(gout)
+    out_o.backward(gout.to(out_o.dtype))
+    out_p.backward(gout.to(out_p.dtype))
     out_e.backward(gout.double())
     for k, (a, b, c) in enumerate(zip(x_o, x_p, x_e)):
         _close(f"grad of x[{k}]", a.grad, b.grad, c.grad, (1 + degree ** 0.5) * eps)
@@ -176,3 +197,15 @@ def test_transformer_under_autocast(device, monkeypatch, name, opts, bipartite, 
         if params_e[key].grad is not None:
             _close(f"grad of {key}", p.grad, params_p[key].grad, params_e[key].grad,
                    (1 + edges ** 0.5) * eps)
+
+
+@DTYPES
+@pytest.mark.parametrize("name,opts,bipartite", ROUNDED_CASES, ids=_ids(ROUNDED_CASES))
+def test_16bit_op_layers_under_autocast(device, name, opts, bipartite, dtype):
+    _check_whole(device, name, opts, bipartite, dtype, model=False)
+
+
+@DTYPES
+@pytest.mark.parametrize("name,opts,bipartite", MODEL_CASES, ids=_ids(MODEL_CASES))
+def test_16bit_models(device, name, opts, bipartite, dtype):
+    _check_whole(device, name, opts, bipartite, dtype, model=True)

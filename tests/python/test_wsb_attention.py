@@ -66,12 +66,21 @@ def test_cpu_is_deterministic():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_cpu_16bit_is_refused_as_by_the_csr_kernels(dtype):
+def test_cpu_16bit_runs_in_float32_rounded_once(dtype):
+    """The CPU kernels take float32 and float64; 16-bit operands run as float32 copies, each
+    result rounded once to the dtype (the CUDA kernels' precision model), as the CSR ops do."""
     ei = torch.randint(0, 50, (2, 400))
     g = gnnio.Graph(ei, num_nodes=50)
     v, s = torch.randn(50, 2, 16).to(dtype), torch.randn(50, 2).to(dtype)
-    with pytest.raises(ValueError, match="on the CPU"):
-        wsb_op(g)(v, s, None)
+    leaves16 = [t.clone().requires_grad_() for t in (v, s)]
+    leaves32 = [t.float().requires_grad_() for t in (v, s)]
+    out16, out32 = wsb_op(g)(*leaves16, None), wsb_op(g)(*leaves32, None)
+    assert out16.dtype == dtype and torch.equal(out16, out32.to(dtype))
+    gout = torch.randn(out16.shape).to(dtype)
+    out16.backward(gout)
+    out32.backward(gout.float())
+    for a, b in zip(leaves16, leaves32):
+        assert a.grad.dtype == dtype and torch.equal(a.grad, b.grad.to(dtype))
 
 
 def test_operand_shapes_are_checked():
