@@ -35,6 +35,20 @@ class LayerBase(_Base if _Base is not None else torch.nn.Module):
             self.aggr, self.flow, self.node_dim = aggr, "source_to_target", node_dim
         else:
             super().__init__(aggr=aggr, node_dim=node_dim)
+            # MessagePassing's flag, False for a class without message_and_aggregate. Here it
+            # means "PyG's fused path allowed" for the twin (to_hetero_with_bases clears it).
+            self.fuse = True
+
+    def __setstate__(self, data):
+        if _Base is not None and "inspector" not in data:
+            # Pickled by a gnnio whose layers were plain Modules: MessagePassing's own state
+            # (its inspector, flags, hook dicts, aggr_module) from a fresh base.
+            fresh = torch.nn.Module.__new__(type(self))
+            _Base.__init__(fresh, aggr=data.get("aggr", "add"), node_dim=data.get("node_dim", -2))
+            fresh.fuse = True
+            data = {**{k: v for k, v in fresh.__dict__.items() if k not in data}, **data}
+            data["_modules"] = {**fresh._modules, **data["_modules"]}
+        super().__setstate__(data)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -71,18 +85,32 @@ def _call_as_pyg(layer: torch.nn.Module, args, kwargs):
     twin = _TWINS.get(layer)
     if twin is None:
         twin = _TWINS[layer] = _pyg_twin(layer)
-    twin.train(layer.training)
-    twin.fuse = False  # PyG's fused path calls no message hooks (to_hetero_with_bases sets the same)
+    twin.training = layer.training  # (the shared submodules keep their own modes)
+    twin.fuse = twin._pyg_fuse and layer.fuse
     # The explain setter inspects explain_message's signature only when the flag changes.
     twin.explain = None
     if "explain_message" in layer.__dict__:
-        twin.explain_message = layer.__dict__["explain_message"]  # bound to the layer, as set
+        # GraphMaskExplainer's, bound to the layer, where it leaves its messages: called through
+        # a weak reference, so the twin (a value of _TWINS) does not keep its key alive.
+        twin.explain_message = _weakly_bound(layer, "explain_message")
     else:
         twin.__dict__.pop("explain_message", None)
     twin.explain = layer._explain
     twin._edge_mask, twin._loop_mask = layer._edge_mask, layer._loop_mask
     twin._apply_sigmoid = layer._apply_sigmoid
     return twin(*args, **kwargs)
+
+
+def _weakly_bound(layer: torch.nn.Module, name: str):
+    ref = weakref.ref(layer)
+
+    def call(*args, **kwargs):
+        return getattr(ref(), name)(*args, **kwargs)
+    # its name and signature, which PyG's inspector reads (functools.wraps would keep the bound
+    # method, and with it the layer)
+    call.__name__ = call.__qualname__ = name
+    call.__signature__ = inspect.signature(layer.__dict__[name])
+    return call
 
 
 # PyG layer class -> its subclass whose instances read missing attributes from their layer.
@@ -128,5 +156,14 @@ def _pyg_twin(layer: torch.nn.Module) -> torch.nn.Module:
     twin._parameters, twin._buffers, twin._modules = layer._parameters, layer._buffers, layer._modules
     for d in _HOOK_DICTS:
         setattr(twin, d, getattr(layer, d))
+    # The settings are read from the layer at each call (through __getattr__), so changes made
+    # to it later (add_self_loops, dropout, ...) reach the twin too.
+    for name in settings:
+        twin.__dict__.pop(name, None)
+    # Except GCNConv's cache: gnnio's follows the edge_index object, PyG's keeps the first one's
+    # normalisation; the twin recomputes it each call, whatever edge_index comes.
+    if "cached" in settings:
+        twin.__dict__["cached"] = False
+    twin.__dict__["_pyg_fuse"] = twin.fuse
     twin.__dict__["_gnnio_layer"] = weakref.ref(layer)  # not a submodule; the layer owns the twin
     return twin
