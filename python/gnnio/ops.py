@@ -35,7 +35,8 @@ def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = No
 
     Args:
         graph: the structure (``x`` has ``graph.num_src`` rows, the output ``graph.num_dst``).
-        x: ``[num_src, F]`` float32/float64 (CPU and CUDA), float16/bfloat16 (CUDA).
+        x: ``[num_src, F]`` float32/float64/float16/bfloat16 (on the CPU the 16-bit types run
+            as float32 copies, each result rounded once: the CUDA precision model).
         edge_weight: ``[E]`` in the order of the edge_index the graph was built from.
         backend: ``None`` (default): ``GNNIO_SPMM_BACKEND`` (``csr``, ``wsb`` or ``auto``)
             if set, else ``'auto'``. ``'auto'``: the planner's choice

@@ -38,6 +38,13 @@ def test_spmm_sum(dtype, weighted):
 
 
 @DTYPES
+def test_spmm_on_tiles(dtype):
+    ei, n = random_graph(40, 300)
+    g = gnnio.Graph(ei, num_nodes=n)
+    _check_rounded(lambda x: gnnio.ops.spmm(g, x, backend="wsb"), {"x": torch.randn(n, 12)}, dtype)
+
+
+@DTYPES
 def test_spmm_mean_takes_its_weights_in_the_dtype(dtype):
     """The mean's 1/deg edge values are formed in x's dtype (as on CUDA): the 16-bit mean is the
     float32 weighted sum with those rounded weights, rounded."""
