@@ -30,30 +30,30 @@ HAS_CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("gnnio::spmm",
 HALF_TYPES = (torch.float16, torch.bfloat16)
 
 
-def float32_on_cpu(dtype: torch.dtype, call, *args, **kwargs):
-    """``call(*args, **kwargs)``. When ``dtype`` (the features') is 16-bit and the call's tensors
-    are on the CPU, whose kernels take float32 and float64: its 16-bit tensors go in as float32
-    copies (exact) and its floating results come back rounded once to ``dtype``. That is the
-    CUDA kernels' precision model (16-bit operands, float32 inside, each result rounded once),
-    so a 16-bit model or ``torch.autocast`` runs on the CPU as on CUDA; the copies cost memory,
-    not accuracy. Autograd sees the casts: gradients come back in ``dtype`` the same way."""
-    leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-    if dtype not in HALF_TYPES or not leaves or leaves[0].device.type != "cpu":
-        return call(*args, **kwargs)
+def widened_on_cpu(call, like: torch.Tensor):
+    """``call`` itself, unless ``like`` (the features) is 16-bit on the CPU, whose kernels take
+    float32 and float64. Then a wrapper of ``call``: its 16-bit tensors go in as float32 copies
+    (exact) and its floating results come back rounded once to ``like``'s dtype. That is the CUDA
+    kernels' precision model (16-bit operands, float32 inside, each result rounded once), so a
+    16-bit model or ``torch.autocast`` runs on the CPU as on CUDA; the copies cost memory, not
+    accuracy. Autograd sees the casts: gradients come back in the dtype the same way.
+    (Returning ``call`` itself keeps every other call as it was under torch.compile: a wrapper
+    around the op in between put each op in a graph of its own.)"""
+    if like.dtype not in HALF_TYPES or like.device.type != "cpu":
+        return call
+    dtype = like.dtype
 
     def up(v):
-        if isinstance(v, torch.Tensor) and v.dtype in HALF_TYPES:
-            return v.float()
-        return v
+        return v.float() if isinstance(v, torch.Tensor) and v.dtype in HALF_TYPES else v
 
     def down(v):
         if isinstance(v, torch.Tensor) and v.dtype.is_floating_point:
             return v.to(dtype)
-        if isinstance(v, tuple):
-            return tuple(down(t) for t in v)
-        return v
+        return tuple(down(t) for t in v) if isinstance(v, tuple) else v
 
-    return down(call(*[up(a) for a in args], **{k: up(v) for k, v in kwargs.items()}))
+    def in_float32(*args, **kwargs):
+        return down(call(*[up(a) for a in args], **{k: up(v) for k, v in kwargs.items()}))
+    return in_float32
 
 
 # ---------------------------------------------------------------------------------------------

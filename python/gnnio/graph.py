@@ -21,7 +21,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import torch
 
-from gnnio._ops import float32_on_cpu, ops
+from gnnio._ops import ops, widened_on_cpu
 from gnnio.adjacency import adjacency_edges, is_sparse_adjacency
 
 _INT32_MAX = 2**31 - 1
@@ -258,7 +258,7 @@ class Graph:
     # -- SpMM operands ------------------------------------------------------------------------
     def _cached(self, key, fn):
         if key not in self._values:
-            with _normal_tensors():
+            with _normal_tensors(), _without_autocast(self.device):
                 self._values[key] = fn()
         return self._values[key]
 
@@ -496,6 +496,10 @@ class Graph:
         return g, g._wsb_pack(False, value), g._wsb_pack(True, value_t) if need_transpose else None
 
     def _gcn_values(self, dtype, w, improved, add_self_loops, normalize):
+        with _without_autocast(self.device):
+            return self._gcn_values_in(dtype, w, improved, add_self_loops, normalize)
+
+    def _gcn_values_in(self, dtype, w, improved, add_self_loops, normalize):
         graph = self
         if add_self_loops:
             graph, kept, loop_edge = self.with_remaining_self_loops()
@@ -515,8 +519,8 @@ class Graph:
         if normalize:
             # Weighted in-degree as A · 1 with gnnio's own SpMM: deterministic, no atomics.
             ones = torch.ones(graph.num_src, 1, dtype=dtype, device=self.device)
-            deg = float32_on_cpu(dtype, _spmm_raw, graph, w[graph.csr_by_dst.perm.long()],
-                                 ones).view(-1)
+            deg = widened_on_cpu(_spmm_raw, ones)(graph, w[graph.csr_by_dst.perm.long()],
+                                                  ones).view(-1)
             dis = deg.pow(-0.5)
             dis = dis.masked_fill(dis == float("inf"), 0.0)
             w = dis[graph._src.long()] * w * dis[graph._dst.long()]
@@ -535,6 +539,15 @@ def _normal_tensors():
     them as normal tensors."""
     if torch.is_inference_mode_enabled():
         return torch.inference_mode(False)
+    return contextlib.nullcontext()
+
+
+def _without_autocast(device: torch.device):
+    """Values the Graph forms (GCN's normalisation, 1/deg, ...) are in the dtype asked for:
+    CUDA autocast would run some of their ops (pow, reciprocal) in float32, and GCN's values
+    then came out float32 for 16-bit features (wsb_spmm refused them)."""
+    if device.type in ("cpu", "cuda"):
+        return torch.autocast(device.type, enabled=False)
     return contextlib.nullcontext()
 
 

@@ -3,7 +3,7 @@ from typing import Optional
 
 import torch
 
-from gnnio._ops import float32_on_cpu, ops as _ops
+from gnnio._ops import ops as _ops, widened_on_cpu
 from gnnio.graph import Graph
 from gnnio.plan import attention_backend, plan_attention, plan_reduce, spmm_backend
 from gnnio.wsb_attention import wsb_attention_blockers, wsb_gat_attention
@@ -70,9 +70,9 @@ def spmm(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = No
 def _spmm_csr(graph: Graph, value, value_t, x, need_t: bool) -> torch.Tensor:
     fwd = graph.csr_by_dst
     rowptr_t, col_t = graph.backward_csr(need_t)
-    return float32_on_cpu(x.dtype, _ops.spmm, fwd.rowptr, fwd.col, value, x, graph.num_dst,
-                          graph.num_src, graph.cache_key, rowptr_t, col_t,
-                          value_t if need_t else None, graph.cache_key + 1)
+    return widened_on_cpu(_ops.spmm, x)(fwd.rowptr, fwd.col, value, x, graph.num_dst,
+                                        graph.num_src, graph.cache_key, rowptr_t, col_t,
+                                        value_t if need_t else None, graph.cache_key + 1)
 
 
 def _spmm_wsb(graph: Graph, values, values_t, x, need_t: bool) -> torch.Tensor:
@@ -82,9 +82,9 @@ def _spmm_wsb(graph: Graph, values, values_t, x, need_t: bool) -> torch.Tensor:
         rowptr_t, col_t = t.block_rowptr, t.block_col
     else:  # empty placeholders: a forward without gradients never builds the transpose
         rowptr_t = col_t = fwd.block_rowptr.new_empty(0)
-    return float32_on_cpu(x.dtype, _ops.wsb_spmm, fwd.block_rowptr, fwd.block_col, values, x,
-                          graph.num_dst, graph.num_src, rowptr_t, col_t,
-                          values_t if need_t else None)
+    return widened_on_cpu(_ops.wsb_spmm, x)(fwd.block_rowptr, fwd.block_col, values, x,
+                                            graph.num_dst, graph.num_src, rowptr_t, col_t,
+                                            values_t if need_t else None)
 
 
 def gcn_propagate(graph: Graph, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = None,
@@ -154,8 +154,9 @@ def segment_reduce(graph: Graph, x: torch.Tensor, reduce: str = "max",
     rowptr_t, col_t = graph.backward_csr(need_t)
     t2c = graph.src_slot_to_dst_slot if need_t else col_t  # col_t is the empty placeholder then
     split = _split_args(plan_reduce(graph, x.dtype, degree_aware, backward=need_t) if x.is_cuda else None)
-    out, arg = float32_on_cpu(x.dtype, _ops.segment_reduce, fwd.rowptr, fwd.col, x, graph.num_dst,
-                              graph.num_src, reduce, rowptr_t, col_t, t2c, *split, weight=weight)
+    out, arg = widened_on_cpu(_ops.segment_reduce, x)(
+        fwd.rowptr, fwd.col, x, graph.num_dst, graph.num_src, reduce, rowptr_t, col_t, t2c, *split,
+        weight=weight)
     return (out, arg) if return_arg else out
 
 
@@ -355,8 +356,8 @@ def graph_attention(graph: Graph, kind: str, value: torch.Tensor, *,
     kernel_weights = bool(return_weights) and (not needs_grad or dropout > 0)
     in_place = (bool(backward_in_place) and kind == "dot" and needs_grad and not return_weights
                 and value.is_cuda and not shared_kv and not torch.compiler.is_compiling())
-    out, stats, weights, _ = float32_on_cpu(
-        value.dtype, _ops.graph_attention, fwd.rowptr, fwd.col, _KINDS[kind], value.contiguous(), src_score, dst_score, edge_score,
+    out, stats, weights, _ = widened_on_cpu(_ops.graph_attention, value)(
+        fwd.rowptr, fwd.col, _KINDS[kind], value.contiguous(), src_score, dst_score, edge_score,
         query, key, edge_key, att, edge_value, nd, float(negative_slope), float(scale),
         float(dropout), seed, kernel_weights, rowptr_t, col_t, t2c, *split,
         **({} if bias is None else dict(bias=bias)),

@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 from torch.autograd.function import once_differentiable
 
-from gnnio._ops import float32_on_cpu, ops as _ops
+from gnnio._ops import ops as _ops, widened_on_cpu
 from gnnio.graph import Graph
 
 MAX_CHANNELS = 128  # kWsbAttentionMaxChannels: a head's 16 x C block is staged in shared memory
@@ -46,7 +46,7 @@ def wsb_gat_attention(graph: Graph, value: torch.Tensor, src_score: torch.Tensor
     ``torch.backends.cuda.matmul``'s setting when called directly or forced (the planner's auto
     rule picks float32 tiles only where tf32 is allowed); on the CPU float32 or float64
     throughout, float16 / bfloat16 in float32 with each result rounded once to the dtype
-    (gnnio._ops.float32_on_cpu)."""
+    (gnnio._ops.widened_on_cpu)."""
     if not isinstance(value, torch.Tensor) or value.dim() != 3 or value.size(0) != graph.num_src:
         raise ValueError(f"value must be a [num_src={graph.num_src}, heads, channels] Tensor, got "
                          f"{list(value.shape) if isinstance(value, torch.Tensor) else type(value)}")
@@ -66,10 +66,9 @@ def wsb_gat_attention(graph: Graph, value: torch.Tensor, src_score: torch.Tensor
         # The backward's transposed tiles, built here rather than inside the backward, where a
         # torch.compile trace of the backward would meet the cache's host work.
         graph.wsb(transpose=True), graph.wsb_counts(transpose=True)
-    return float32_on_cpu(value.dtype, _WsbGatAttention.apply, graph, value.contiguous(),
-                          src_score.contiguous(),
-                          None if dst_score is None else dst_score.contiguous(),
-                          float(negative_slope), training)
+    return widened_on_cpu(_WsbGatAttention.apply, value)(
+        graph, value.contiguous(), src_score.contiguous(),
+        None if dst_score is None else dst_score.contiguous(), float(negative_slope), training)
 
 
 class _WsbGatAttention(torch.autograd.Function):

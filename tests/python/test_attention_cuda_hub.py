@@ -110,7 +110,7 @@ def test_cuda_layer_matches_cpu_on_hub(layer, opts):
 def test_cuda_layer_low_precision_on_hub(layer, opts, dtype):
     """bf16 / fp16 on CUDA against float64 on the CPU from the same rounded inputs and weights,
     no worse than twice the CPU's run of the same precision model (dense parts in the dtype,
-    the op in fp32, each result rounded once: gnnio._ops.float32_on_cpu), plus a floor of one rounding to the dtype and the
+    the op in fp32, each result rounded once: gnnio._ops.widened_on_cpu), plus a floor of one rounding to the dtype and the
     fp32 accumulation over the hub's L = 2*10^5 terms: (eps + 4 sqrt(L) eps32) of the scale.
 
     Why that CPU run and not eps alone: the dtype's roundings of the layer's dense parts (the

@@ -19,7 +19,7 @@ slope changes).
 TransformerConv has no float32 parameter in its op and runs it in the projections' dtype with
 float32 accumulation (a bf16 / fp16 layer); GCNConv aggregates its 16-bit projection the same
 way. On the CPU, whose kernels take float32 and float64 only, gnnio's ops run 16-bit operands
-as float32 copies and round each result once (gnnio._ops.float32_on_cpu): the CUDA kernels'
+as float32 copies and round each result once (gnnio._ops.widened_on_cpu): the CUDA kernels'
 precision model. These are checked whole, forward and backward, against PyG's under autocast and
 float64. Their extra roundings (the output and the op's gradients, eps/2 of each value) enter
 every term of a sum with random signs, so a sum of L terms carries ~sqrt(L) eps/2 of a term, and

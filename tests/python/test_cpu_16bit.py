@@ -1,6 +1,6 @@
 """float16 / bfloat16 through gnnio's ops on the CPU, whose kernels take float32 and float64: the
 16-bit operands go in as float32 copies and each floating result comes back rounded once to the
-dtype (gnnio._ops.float32_on_cpu), the CUDA kernels' precision model. So each op's 16-bit output
+dtype (gnnio._ops.widened_on_cpu), the CUDA kernels' precision model. So each op's 16-bit output
 and gradients equal, bit for bit, the float32 op on the same (exactly widened) values, rounded.
 The raw registered ops still refuse 16-bit on the CPU (test_raw_op_checks.py)."""
 import pytest

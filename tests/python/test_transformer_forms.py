@@ -168,7 +168,7 @@ def test_plan_transformer_default_and_forcing(monkeypatch):
                                         dtype=dtype, form="fused", **flags)
         assert form == ("fused" if fits else "reassociated"), (heads, channels, features, reason)
         # (the CPU's reassociated kernels take float32 and float64: 16-bit runs direct's op,
-        # which widens it, gnnio._ops.float32_on_cpu)
+        # which widens it, gnnio._ops.widened_on_cpu)
         cpu_form, cpu_reason = plan_transformer(cpu, heads=heads, features=features,
                                                 channels=channels, dtype=dtype, form="fused", **flags)
         assert cpu_form == ("direct" if dtype == torch.bfloat16 else "fused"), cpu_reason
