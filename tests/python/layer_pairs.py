@@ -178,7 +178,9 @@ def check_against_pyg(pyg, ours, call, inputs, calls=1, shadowed=None, exact_cal
     GATv2 scores) are drawn again, up to KINK_TRIES times, by moving every input a little."""
     # Only layers with LeakyReLU scores run the extra forwards (other layers' caches are left
     # as they are).
-    if any(isinstance(m, (pyg_nn.GATConv, pyg_nn.GATv2Conv)) for m in pyg.modules()):
+    # (negative_slope = 1: no kink, LeakyReLU is the identity)
+    if any(isinstance(m, (pyg_nn.GATConv, pyg_nn.GATv2Conv)) and m.negative_slope != 1.0
+           for m in pyg.modules()):
         inputs = _draw_clear_of_kink(pyg, call, exact_call or call, inputs, calls)
     exact = _float64_copy(pyg)
     runs = {}
