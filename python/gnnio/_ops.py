@@ -183,9 +183,11 @@ def _graph_attention_delta_fake(out, grad_out):
 def _graph_attention_backward_fake(rowptr, col, kind, value, operands, num_dst, coeffs, seed,
                                    rowptr_t, col_t, t2c, splits, light_max, out, stats,
                                    grad_out, needs):
+    # need 1: a gradient; 3: one written in place of the operand (backward_in_place), which the
+    # op returns as that gradient; 0, and 2 (key's summed into value's): an empty placeholder
     grads = [value.new_empty(value.shape) if needs[0] else value.new_empty(0)]
     for need, t in zip(needs[1:], operands):
-        grads.append(t.new_empty(t.shape) if need == 1 and t is not None else value.new_empty(0))
+        grads.append(t.new_empty(t.shape) if need in (1, 3) and t is not None else value.new_empty(0))
     return grads
 
 

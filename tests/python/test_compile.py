@@ -151,3 +151,20 @@ def test_export_is_refused_clearly(name):
     layer = getattr(gnnio.nn, name)(8, 4)
     with pytest.raises(NotImplementedError, match="torch.export"):
         torch.export.export(layer, (torch.randn(n, 8), ei))
+
+
+def test_attention_backward_fake_returns_in_place_gradients():
+    """needs 3 (backward_in_place: d value / d key written into their operands, which the op
+    returns) has full-shaped gradients in the fake kernel too. It returned empty ones, so an
+    attention op traced with in-place gradients (its call decided outside the compiled region)
+    failed AOT autograd's shape check ("invalid gradient ... got [0]")."""
+    from gnnio._ops import _graph_attention_backward_fake as fake
+    meta = lambda *shape: torch.empty(*shape, device="meta")  # noqa: E731
+    value, query, key = meta(5, 2, 4), meta(3, 2, 4), meta(5, 2, 4)
+    operands = [None, None, None, query, key, None, None, None]
+    needs = [3, 0, 0, 0, 1, 3, 0, 0, 0]
+    e = meta(0).long()
+    grads = fake(e, e, 2, value, operands, 3, [0.2, 0.5, 0.0], 0, e, e, e, [None] * 4, [0, 0],
+                 meta(3, 2, 4), meta(3, 2, 2), meta(3, 2, 4), needs)
+    assert [tuple(g.shape) for g in grads] == [(5, 2, 4), (0,), (0,), (0,), (3, 2, 4), (5, 2, 4),
+                                               (0,), (0,), (0,)]
