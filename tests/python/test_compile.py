@@ -168,3 +168,39 @@ def test_attention_backward_fake_returns_in_place_gradients():
                  meta(3, 2, 4), meta(3, 2, 2), meta(3, 2, 4), needs)
     assert [tuple(g.shape) for g in grads] == [(5, 2, 4), (0,), (0,), (0,), (3, 2, 4), (5, 2, 4),
                                                (0,), (0,), (0,)]
+
+
+def _dot_attention_in_place(device):
+    """The raw dot-attention op asking for the in-place backward (d key, d value written into
+    key's and value's memory: private projections, as TransformerConv passes them), and the
+    leaves its key and value are made from."""
+    ei, n = random_graph(60, 400)
+    g = gnnio.Graph(ei.to(device), num_nodes=n)
+    fwd, (rowptr_t, col_t), t2c = g.csr_by_dst, g.backward_csr(True), g.src_slot_to_dst_slot
+
+    def op(q, k_leaf, v_leaf):
+        k, v = k_leaf * 1.0, v_leaf * 1.0  # private: the op may overwrite them
+        out, _, _, _ = torch.ops.gnnio.graph_attention(
+            fwd.rowptr, fwd.col, 2, v, None, None, None, q, k, None, None, None, n, 0.2, 0.5,
+            0.0, 0, False, rowptr_t, col_t, t2c, backward_in_place=True)
+        return out
+    leaves = [torch.randn(n, 2, 8, device=device, requires_grad=True) for _ in range(3)]
+    return op, leaves
+
+
+@pytest.mark.cuda
+def test_compiled_attention_op_with_in_place_backward_matches_eager():
+    """The op traced with backward_in_place=True (which graph_attention asks for only outside
+    torch.compile, so a traced op sees it only when that decision ran eagerly): AOT autograd
+    takes the fake kernel's gradient shapes for needs 3, then the same values as eager."""
+    torch._dynamo.reset()
+    op, leaves = _dot_attention_in_place("cuda")
+    eager_leaves = [t.detach().clone().requires_grad_() for t in leaves]
+    out = torch.compile(op, fullgraph=True, backend="aot_eager")(*leaves)
+    ref = op(*eager_leaves)
+    gout = torch.randn_like(ref)
+    out.backward(gout)
+    ref.backward(gout)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    for a, b in zip(leaves, eager_leaves):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
