@@ -44,8 +44,7 @@ class LayerBase(_Base if _Base is not None else torch.nn.Module):
             # Pickled by a gnnio whose layers were plain Modules: MessagePassing's own state
             # (its inspector, flags, hook dicts, aggr_module) from a fresh base.
             fresh = torch.nn.Module.__new__(type(self))
-            _Base.__init__(fresh, aggr=data.get("aggr", "add"), node_dim=data.get("node_dim", -2))
-            fresh.fuse = True
+            LayerBase.__init__(fresh, aggr=data.get("aggr", "add"), node_dim=data.get("node_dim", -2))
             data = {**{k: v for k, v in fresh.__dict__.items() if k not in data}, **data}
             data["_modules"] = {**fresh._modules, **data["_modules"]}
         super().__setstate__(data)
@@ -54,8 +53,13 @@ class LayerBase(_Base if _Base is not None else torch.nn.Module):
         super().__init_subclass__(**kwargs)
         # gnnio's own layers only: a user's subclass runs its forward, whose super() call
         # reaches the dispatch.
-        if _Base is not None and "forward" in cls.__dict__ and cls.__module__.startswith("gnnio.nn.conv"):
+        if _Base is not None and "forward" in cls.__dict__ and _is_gnnio_layer(cls):
             cls.forward = _per_message_when_needed(cls.__dict__["forward"])
+
+
+def _is_gnnio_layer(cls: type) -> bool:
+    """One of gnnio's own layer classes (each has a PyG class of the same name)."""
+    return cls.__module__.startswith("gnnio.nn.conv")
 
 
 def _per_message_when_needed(forward):
@@ -141,7 +145,7 @@ def _pyg_twin(layer: torch.nn.Module) -> torch.nn.Module:
     import torch_geometric.nn as pyg_nn
 
     # The gnnio class PyG has (a user's subclass of one is explained as it)
-    ours = next(c for c in type(layer).__mro__ if c.__module__.startswith("gnnio.nn.conv"))
+    ours = next(c for c in type(layer).__mro__ if _is_gnnio_layer(c))
     cls = getattr(pyg_nn, ours.__name__)
     settings = {}
     for name, p in inspect.signature(cls.__init__).parameters.items():
