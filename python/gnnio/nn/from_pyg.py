@@ -1,0 +1,173 @@
+"""Moving an existing PyG model onto gnnio's layers: ``model = gnnio.nn.from_pyg(model)``.
+
+Most PyG users do not construct ``GATConv`` themselves: they build ``torch_geometric.nn.models.GAT``
+(or GCN, GraphSAGE), a model from a tutorial, a ``to_hetero`` graph module, or load a checkpoint
+of one. Changing imports does not reach the layers those build. ``from_pyg`` walks the module
+tree and puts gnnio's layer in place of each PyG layer it has, built from that layer's settings
+and holding the **same Parameter objects**: the state_dict keys and values do not change, an
+optimizer built before the call keeps updating the model, and a later ``load_state_dict`` of a
+PyG checkpoint loads as before.
+"""
+import inspect
+import warnings
+from typing import Dict, List, Tuple
+
+import torch
+from torch.nn.parameter import is_lazy
+
+from gnnio.nn._base import _HOOK_DICTS
+
+_LAYERS = ("GCNConv", "GraphConv", "SAGEConv", "GATConv", "GATv2Conv", "TransformerConv")
+
+# torch's per-module hook dicts that a user (or a library) fills through register_*_hook; the
+# handles they returned hold the dict, so the new layer takes the dict object itself.
+_MODULE_HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+                      "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+                      "_backward_pre_hooks")
+
+# MessagePassing settings that are not constructor arguments of the layers: passed on where they
+# differ from PyG's defaults, so gnnio's layer refuses what it does not support.
+_PASSED_IF_SET = {"flow": "source_to_target", "decomposed_layers": 1}
+
+
+def from_pyg(module: torch.nn.Module, *, strict: bool = False) -> torch.nn.Module:
+    r"""Replaces, in place, each PyG ``GCNConv``, ``GraphConv``, ``SAGEConv``, ``GATConv``,
+    ``GATv2Conv`` and ``TransformerConv`` inside ``module`` by gnnio's layer of the same class and
+    settings, and returns ``module`` (or the new layer, when ``module`` is itself one of those).
+
+    The new layer holds the old one's Parameter and buffer objects (not copies), its training
+    flag, and its forward, backward and message-passing hooks. A layer used at several places
+    becomes one gnnio layer used at the same places.
+
+    A layer gnnio cannot run the same way stays PyG's, and a warning names it and says why
+    (``strict=True`` raises ``NotImplementedError`` instead). That is: a subclass of a PyG layer
+    (it may override message passing), a setting gnnio does not support (``SAGEConv`` with an
+    ``'lstm'`` aggregation, ``decomposed_layers > 1``, ...), and a layer an ``Explainer`` is
+    explaining right now (convert the model before building the explainer). Other modules are
+    left as they are, and their children are searched.
+    """
+    try:
+        import torch_geometric.nn as pyg_nn
+    except ImportError as e:  # gnnio's layers run without PyG; converting from it needs it
+        raise ImportError("gnnio.nn.from_pyg needs torch_geometric installed") from e
+    import gnnio.nn
+
+    ours = {getattr(pyg_nn, name): getattr(gnnio.nn, name) for name in _LAYERS}
+    done: Dict[int, torch.nn.Module] = {}  # id(a visited module) -> what takes its place
+    kept: List[Tuple[str, str]] = []
+
+    def replacement(path: str, old: torch.nn.Module) -> torch.nn.Module:
+        if id(old) in done:
+            return done[id(old)]
+        new, reason = old, None
+        if type(old) in ours:
+            try:
+                new = _converted(old, ours[type(old)])
+            except (NotImplementedError, ValueError) as e:
+                reason = str(e)
+        else:
+            parent = next((c for c in ours if isinstance(old, c)), None)
+            if parent is not None:
+                reason = (f"a subclass of PyG's {parent.__name__} ({type(old).__qualname__}), "
+                          "which may change its message passing")
+        if reason is not None:
+            where = path or "the module"
+            if strict:
+                raise NotImplementedError(f"gnnio.nn.from_pyg: {where}: {reason}")
+            kept.append((where, reason))
+        done[id(old)] = new
+        return new
+
+    def visit(parent: torch.nn.Module, prefix: str) -> None:
+        for name, child in list(parent._modules.items()):
+            if child is None:
+                continue
+            path = f"{prefix}.{name}" if prefix else name
+            seen = id(child) in done
+            new = replacement(path, child)
+            if new is not child:
+                parent._modules[name] = new
+            elif not seen and type(child) not in ours:
+                visit(child, path)
+
+    top = replacement("", module)
+    if top is module and type(module) not in ours:
+        visit(module, "")
+    if kept:
+        lines = "\n".join(f"  {where}: {reason}" for where, reason in kept)
+        warnings.warn(f"gnnio.nn.from_pyg left {len(kept)} layer(s) as PyG's:\n{lines}", stacklevel=2)
+    return top
+
+
+def _converted(old: torch.nn.Module, cls: type) -> torch.nn.Module:
+    """gnnio's ``cls`` with ``old``'s settings, parameters, buffers, mode and hooks."""
+    if old._explain or "explain_message" in old.__dict__:
+        raise ValueError("an Explainer is explaining it (convert the model before building the "
+                         "Explainer)")
+    settings = {}
+    for name, p in inspect.signature(cls.__init__).parameters.items():
+        if name in ("self", "bias") or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        settings[name] = getattr(old, name)  # PyG keeps each constructor argument by its name
+    if "aggr" not in settings and old.aggr != "add":
+        settings["aggr"] = old.aggr
+    for name, default in _PASSED_IF_SET.items():
+        if getattr(old, name, default) != default:
+            settings[name] = getattr(old, name)
+
+    state = old.state_dict(keep_vars=True)
+    new = None
+    # bias=False drops every bias of the layer in PyG and in gnnio alike; which one old was
+    # built with shows in its keys (PyG keeps no flag).
+    for bias in (True, False):
+        with torch.device("meta"):  # no memory and no random draws: the parameters are old's
+            candidate = cls(**settings, bias=bias)
+        theirs = candidate.state_dict(keep_vars=True)
+        if set(theirs) == set(state) and all(_fits(state[k], theirs[k]) for k in state):
+            new = candidate
+            break
+    if new is None:
+        raise ValueError("its parameters do not match gnnio's layer's (keys "
+                         f"{sorted(state)} against {sorted(theirs)})")
+    if new.node_dim != old.node_dim:
+        raise ValueError(f"node_dim={old.node_dim} (gnnio's layer has {new.node_dim})")
+    # The same objects: assign=True puts each Parameter (keep_vars) in place of the meta one. A
+    # lazy weight (in_channels=-1, not yet called) is shared as well: gnnio's lazy linear
+    # materialises that object in place at its first call.
+    # (load_state_dict cannot take an uninitialised parameter: put it in place directly.)
+    lazy = {k for k, v in state.items() if is_lazy(v)}
+    new.load_state_dict({k: v for k, v in state.items() if k not in lazy}, strict=False, assign=True)
+    for k in lazy:
+        owner, _, leaf = k.rpartition(".")
+        new.get_submodule(owner)._parameters[leaf] = state[k]
+    for name, value in new.state_dict(keep_vars=True).items():
+        if value is not state[name]:
+            raise ValueError(f"{name} could not be shared")
+    new.training = old.training  # (the submodules are new: gnnio's own linears, in old's modes)
+    for (name, sub) in new.named_modules():
+        if name:
+            sub.training = old.get_submodule(name).training if _has(old, name) else old.training
+    for d in _MODULE_HOOK_DICTS + _HOOK_DICTS:
+        hooks = getattr(old, d, None)
+        if hooks:
+            if getattr(new, d):
+                raise ValueError(f"both layers have {d}")
+            setattr(new, d, hooks)
+    return new
+
+
+def _fits(value: torch.Tensor, place: torch.Tensor) -> bool:
+    """old's parameter or buffer can stand in place of the new layer's. PyG keeps in_channels=-1
+    after its lazy linear got its size, so gnnio's layer of those settings has a lazy weight
+    where old has a real one: that loads (and gives the size)."""
+    if is_lazy(place):
+        return True
+    return not is_lazy(value) and value.shape == place.shape
+
+
+def _has(module: torch.nn.Module, name: str) -> bool:
+    try:
+        module.get_submodule(name)
+        return True
+    except AttributeError:
+        return False
