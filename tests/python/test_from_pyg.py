@@ -257,3 +257,70 @@ def test_from_pyg_without_pyg_says_so():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "needs torch_geometric" in run.stdout
+
+
+def test_frozen_parameters_stay_frozen():
+    """(load_state_dict(assign=True) hands the new layer's requires_grad to what it loads: a
+    fine-tuning script's frozen layer would have trained again.)"""
+    model = torch.nn.Sequential(pyg_nn.GCNConv(8, 4), pyg_nn.GATConv(4, 4))
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    frozen = {k: v.clone() for k, v in model[0].state_dict().items()}
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    gnnio.nn.from_pyg(model)
+    assert [p.requires_grad for p in model.parameters()] == [False] * 2 + [True] * 4
+    ei, t = _inputs((8, 4), {})
+    model[1](model[0](t["x"], ei), ei).sum().backward()
+    optimizer.step()
+    assert all(torch.equal(model[0].state_dict()[k], v) for k, v in frozen.items())
+
+
+@pytest.mark.parametrize("register", ["register_full_backward_hook", "register_backward_hook"])
+def test_backward_hooks_carry_over(register):
+    """(A module's backward hooks run only with its _is_full_backward_hook flag set.)"""
+    layer, calls = pyg_nn.GCNConv(8, 4), []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # register_backward_hook is deprecated
+        getattr(layer, register)(lambda *a: calls.append(1))
+    ours = gnnio.nn.from_pyg(layer)
+    ei, t = _inputs((8, 4), {})
+    t["x"].requires_grad_()
+    ours(t["x"], ei).sum().backward()
+    assert calls == [1]
+
+
+class _ScaledLinear(torch.nn.Linear):
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda l: l.lin.register_forward_hook(lambda m, i, o: None), "submodule lin has hooks"),
+    (lambda l: setattr(l, "lin", _ScaledLinear(8, 4, bias=False)), "submodule lin is a _ScaledLinear"),
+    (lambda l: setattr(l, "aggr_module", __import__("torch_geometric").nn.aggr.MaxAggregation()),
+     "aggr_module is a MaxAggregation"),
+], ids=["sublayer_hook", "sublayer_subclass", "aggr_module"])
+def test_changed_parts_keep_the_layer_pyg(change, why):
+    """What a PyG layer does through its parts: a hook on its linear, a user's linear with the
+    same keys, an aggregation module swapped after construction. gnnio's layer has its own."""
+    layer = pyg_nn.GCNConv(8, 4)
+    change(layer)
+    with pytest.warns(UserWarning, match=why):
+        assert gnnio.nn.from_pyg(layer) is layer
+
+
+def test_gcn_sum_is_add():
+    torch.manual_seed(0)
+    pyg = pyg_nn.GCNConv(8, 4, aggr="sum")
+    ours = gnnio.nn.from_pyg(copy.deepcopy(pyg))
+    assert type(ours) is gnnio.nn.GCNConv
+    ei, t = _inputs((8, 4), {})
+    check_against_pyg(pyg, ours, lambda m, t: m(t["x"], ei), t)
+
+
+def test_strict_failure_leaves_the_model_as_it_was():
+    model = torch.nn.Sequential(pyg_nn.GCNConv(8, 8), pyg_nn.SAGEConv(8, 8, aggr="lstm"))
+    first = model[0]
+    with pytest.raises(NotImplementedError, match="1: .*lstm"):
+        gnnio.nn.from_pyg(model, strict=True)
+    assert model[0] is first

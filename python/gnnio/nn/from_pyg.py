@@ -63,7 +63,7 @@ def from_pyg(module: torch.nn.Module, *, strict: bool = False) -> torch.nn.Modul
         if type(old) in ours:
             try:
                 new = _converted(old, ours[type(old)])
-            except (NotImplementedError, ValueError) as e:
+            except (NotImplementedError, ValueError, AttributeError) as e:
                 reason = str(e)
         else:
             parent = next((c for c in ours if isinstance(old, c)), None)
@@ -78,6 +78,10 @@ def from_pyg(module: torch.nn.Module, *, strict: bool = False) -> torch.nn.Modul
         done[id(old)] = new
         return new
 
+    # The replacements are found first and made at the end, so a strict failure leaves the
+    # module as it was (building them changes nothing in the old layers).
+    places: List[Tuple[torch.nn.Module, str, torch.nn.Module]] = []
+
     def visit(parent: torch.nn.Module, prefix: str) -> None:
         for name, child in list(parent._modules.items()):
             if child is None:
@@ -86,13 +90,15 @@ def from_pyg(module: torch.nn.Module, *, strict: bool = False) -> torch.nn.Modul
             seen = id(child) in done
             new = replacement(path, child)
             if new is not child:
-                parent._modules[name] = new
+                places.append((parent, name, new))
             elif not seen and type(child) not in ours:
                 visit(child, path)
 
     top = replacement("", module)
     if top is module and type(module) not in ours:
         visit(module, "")
+    for parent, name, new in places:
+        parent._modules[name] = new
     if kept:
         lines = "\n".join(f"  {where}: {reason}" for where, reason in kept)
         warnings.warn(f"gnnio.nn.from_pyg left {len(kept)} layer(s) as PyG's:\n{lines}", stacklevel=2)
@@ -116,7 +122,8 @@ def _converted(old: torch.nn.Module, cls: type) -> torch.nn.Module:
             settings[name] = getattr(old, name)
 
     state = old.state_dict(keep_vars=True)
-    new = None
+    requires_grad = {k: v.requires_grad for k, v in state.items() if not is_lazy(v)}
+    new, tried = None, []
     # bias=False drops every bias of the layer in PyG and in gnnio alike; which one old was
     # built with shows in its keys (PyG keeps no flag).
     for bias in (True, False):
@@ -126,15 +133,20 @@ def _converted(old: torch.nn.Module, cls: type) -> torch.nn.Module:
         if set(theirs) == set(state) and all(_fits(state[k], theirs[k]) for k in state):
             new = candidate
             break
+        tried.append(f"bias={bias}: {sorted(theirs)}")
     if new is None:
-        raise ValueError("its parameters do not match gnnio's layer's (keys "
-                         f"{sorted(state)} against {sorted(theirs)})")
+        raise ValueError(f"its parameters {sorted(state)} match neither of gnnio's layer's "
+                         f"({'; '.join(tried)})")
     if new.node_dim != old.node_dim:
         raise ValueError(f"node_dim={old.node_dim} (gnnio's layer has {new.node_dim})")
+    _check_submodules(old)
+    # PyG aggregates with aggr_module, which a user may have replaced after construction.
+    if type(new.aggr_module) is not type(old.aggr_module):
+        raise ValueError(f"its aggr_module is a {type(old.aggr_module).__name__}, not what "
+                         f"aggr={old.aggr!r} makes")
     # The same objects: assign=True puts each Parameter (keep_vars) in place of the meta one. A
-    # lazy weight (in_channels=-1, not yet called) is shared as well: gnnio's lazy linear
-    # materialises that object in place at its first call.
-    # (load_state_dict cannot take an uninitialised parameter: put it in place directly.)
+    # lazy weight (in_channels=-1, not yet called), which load_state_dict cannot take, is put in
+    # place directly: gnnio's lazy linear materialises that object at its first call.
     lazy = {k for k, v in state.items() if is_lazy(v)}
     new.load_state_dict({k: v for k, v in state.items() if k not in lazy}, strict=False, assign=True)
     for k in lazy:
@@ -143,6 +155,8 @@ def _converted(old: torch.nn.Module, cls: type) -> torch.nn.Module:
     for name, value in new.state_dict(keep_vars=True).items():
         if value is not state[name]:
             raise ValueError(f"{name} could not be shared")
+        if name not in lazy:  # (assign=True gave these the meta layer's flags)
+            value.requires_grad_(requires_grad[name])
     new.training = old.training  # (the submodules are new: gnnio's own linears, in old's modes)
     for (name, sub) in new.named_modules():
         if name:
@@ -153,7 +167,28 @@ def _converted(old: torch.nn.Module, cls: type) -> torch.nn.Module:
             if getattr(new, d):
                 raise ValueError(f"both layers have {d}")
             setattr(new, d, hooks)
+    new._is_full_backward_hook = old._is_full_backward_hook  # (which kind _backward_hooks holds)
     return new
+
+
+def _check_submodules(old: torch.nn.Module) -> None:
+    """The new layer has gnnio's own linears, given old's parameters: so old's must be plain
+    linears without hooks of their own (a user's Linear subclass or a hooked sublayer would
+    silently lose its behaviour), and nothing else but its aggregation module."""
+    from torch_geometric.nn.aggr import Aggregation
+    from torch_geometric.nn.dense.linear import Linear as PyGLinear
+
+    for name, sub in old.named_modules():
+        if not name:
+            continue
+        if name.split(".")[0] == "aggr_module" and isinstance(old.aggr_module, Aggregation):
+            continue  # (compared with what aggr makes by the caller)
+        if type(sub) not in (PyGLinear, torch.nn.Linear):
+            raise ValueError(f"its submodule {name} is a {type(sub).__qualname__}, where gnnio's "
+                             "layer has a plain linear")
+        own = getattr(sub, "_hook", None)  # PyG's lazy Linear sizes itself by a pre-hook
+        if any(k != getattr(own, "id", None) for d in _MODULE_HOOK_DICTS for k in getattr(sub, d, {})):
+            raise ValueError(f"its submodule {name} has hooks (gnnio's layer has its own linears)")
 
 
 def _fits(value: torch.Tensor, place: torch.Tensor) -> bool:

@@ -49,7 +49,7 @@ class GCNConv(LayerBase):
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: Optional[bool] = None,
                  normalize: bool = True, bias: bool = True, **kwargs):
-        if kwargs.get("aggr", "add") == "add":
+        if kwargs.get("aggr", "add") in ("add", "sum"):  # (one aggregation in PyG)
             kwargs.pop("aggr", None)
         check_kwargs("GCNConv", kwargs)
         check_in_channels("GCNConv", in_channels)
