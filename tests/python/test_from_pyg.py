@@ -238,7 +238,7 @@ def test_an_explained_layer_is_left_to_pyg():
 
 def test_a_layer_converts_itself_and_other_modules_stay():
     assert type(gnnio.nn.from_pyg(pyg_nn.TransformerConv(8, 4, heads=2))) is gnnio.nn.TransformerConv
-    gin = pyg_nn.GINConv(torch.nn.Linear(8, 8))
+    gin = pyg_nn.GINEConv(torch.nn.Linear(8, 8))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a layer gnnio does not have is no warning
         assert gnnio.nn.from_pyg(gin) is gin

@@ -58,6 +58,10 @@ LAYERS: Dict[str, LayerCase] = {
     # The max over the messages w_ji x_j (edge_weight): PyG multiplies E x F messages first.
     "GraphConv(max)+weight": LayerCase(lambda f: WithEdgeWeight(gnnio.nn.GraphConv(f, f, aggr="max")),
                                   lambda f: WithEdgeWeight(_pyg().GraphConv(f, f, aggr="max"))),
+    # nn: one Linear, so the row is the aggregation's (the sum by SpMM against PyG's scatter)
+    # plus the same dense layer on both sides.
+    "GINConv": LayerCase(lambda f: gnnio.nn.GINConv(torch.nn.Linear(f, f), train_eps=True),
+                         lambda f: _pyg().GINConv(torch.nn.Linear(f, f), train_eps=True)),
     # DESIGN.md's attention shape: 128 -> 4 heads x 32, PyG's default self loops on both sides.
     "GATConv": LayerCase(lambda f: gnnio.nn.GATConv(f, f // 4, heads=4),
                          lambda f: _pyg().GATConv(f, f // 4, heads=4)),

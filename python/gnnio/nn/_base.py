@@ -152,8 +152,12 @@ def _pyg_twin(layer: torch.nn.Module) -> torch.nn.Module:
         if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or name == "self" or not hasattr(layer, name):
             continue
         value = getattr(layer, name)
-        if isinstance(value, (torch.nn.Module, torch.nn.Parameter)) or (name == "bias" and value is None):
-            continue  # a learnable part: it comes with the dicts below
+        if isinstance(value, torch.nn.Module) and p.default is p.empty:
+            settings[name] = torch.nn.Identity()  # GINConv's nn: the layer's, with _modules below
+            continue
+        if isinstance(value, torch.nn.Module) or (isinstance(value, torch.Tensor) and name in layer._buffers) \
+                or isinstance(value, torch.nn.Parameter) or (name == "bias" and value is None):
+            continue  # a learnable part or a buffer (GINConv's eps): it comes with the dicts below
         settings[name] = value
     with torch.device("meta"):  # its own parameters are dropped: no memory, no random draws
         twin = _twin_class(cls)(**settings)

@@ -17,7 +17,11 @@ from torch.nn.parameter import is_lazy
 
 from gnnio.nn._base import _HOOK_DICTS
 
-_LAYERS = ("GCNConv", "GraphConv", "SAGEConv", "GATConv", "GATv2Conv", "TransformerConv")
+_LAYERS = ("GCNConv", "GINConv", "GraphConv", "SAGEConv", "GATConv", "GATv2Conv", "TransformerConv")
+
+# Constructor arguments PyG keeps under another name or as state.
+_SETTING_OF = {"eps": lambda old: old.initial_eps,  # GINConv: eps is its tensor
+               "train_eps": lambda old: isinstance(old.eps, torch.nn.Parameter)}
 
 # torch's per-module hook dicts that a user (or a library) fills through register_*_hook; the
 # handles they returned hold the dict, so the new layer takes the dict object itself.
@@ -31,18 +35,21 @@ _PASSED_IF_SET = {"flow": "source_to_target", "decomposed_layers": 1}
 
 
 def from_pyg(module: torch.nn.Module, *, strict: bool = False) -> torch.nn.Module:
-    r"""Replaces, in place, each PyG ``GCNConv``, ``GraphConv``, ``SAGEConv``, ``GATConv``,
-    ``GATv2Conv`` and ``TransformerConv`` inside ``module`` by gnnio's layer of the same class and
-    settings, and returns ``module`` (or the new layer, when ``module`` is itself one of those).
+    r"""Replaces, in place, each PyG ``GCNConv``, ``GINConv``, ``GraphConv``, ``SAGEConv``,
+    ``GATConv``, ``GATv2Conv`` and ``TransformerConv`` inside ``module`` by gnnio's layer of the
+    same class and settings, and returns ``module`` (or the new layer, when ``module`` is itself
+    one of those).
 
-    The new layer holds the old one's Parameter and buffer objects (not copies), its training
-    flag, and its forward, backward and message-passing hooks. A layer used at several places
-    becomes one gnnio layer used at the same places.
+    The new layer holds the old one's Parameter and buffer objects (not copies; frozen ones stay
+    frozen), its training flags, and its forward, backward and message-passing hooks; a
+    ``GINConv`` keeps its ``nn`` module itself. A layer used at several places becomes one gnnio
+    layer used at the same places.
 
     A layer gnnio cannot run the same way stays PyG's, and a warning names it and says why
-    (``strict=True`` raises ``NotImplementedError`` instead). That is: a subclass of a PyG layer
-    (it may override message passing), a setting gnnio does not support (``SAGEConv`` with an
-    ``'lstm'`` aggregation, ``decomposed_layers > 1``, ...), and a layer an ``Explainer`` is
+    (``strict=True`` raises ``NotImplementedError`` and replaces nothing). That is: a subclass of
+    a PyG layer (it may override message passing), a setting gnnio does not support
+    (``SAGEConv`` with an ``'lstm'`` aggregation, ``decomposed_layers > 1``, ...), changed parts
+    (a hooked or subclassed linear, a replaced ``aggr_module``), and a layer an ``Explainer`` is
     explaining right now (convert the model before building the explainer). Other modules are
     left as they are, and their children are searched.
     """
@@ -110,11 +117,19 @@ def _converted(old: torch.nn.Module, cls: type) -> torch.nn.Module:
     if old._explain or "explain_message" in old.__dict__:
         raise ValueError("an Explainer is explaining it (convert the model before building the "
                          "Explainer)")
-    settings = {}
-    for name, p in inspect.signature(cls.__init__).parameters.items():
+    settings, modules = {}, {}
+    signature = inspect.signature(cls.__init__).parameters
+    for name, p in signature.items():
         if name in ("self", "bias") or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
             continue
-        settings[name] = getattr(old, name)  # PyG keeps each constructor argument by its name
+        if name in _SETTING_OF:
+            settings[name] = _SETTING_OF[name](old)
+            continue
+        value = getattr(old, name)  # PyG keeps each constructor argument by its name
+        if isinstance(value, torch.nn.Module):  # GINConv's nn: the user's module itself, kept
+            modules[name] = value
+            value = torch.nn.Identity()  # (at construction: its reset_parameters would redraw it)
+        settings[name] = value
     if "aggr" not in settings and old.aggr != "add":
         settings["aggr"] = old.aggr
     for name, default in _PASSED_IF_SET.items():
@@ -126,9 +141,11 @@ def _converted(old: torch.nn.Module, cls: type) -> torch.nn.Module:
     new, tried = None, []
     # bias=False drops every bias of the layer in PyG and in gnnio alike; which one old was
     # built with shows in its keys (PyG keeps no flag).
-    for bias in (True, False):
+    for bias in (True, False) if "bias" in signature else (None,):
         with torch.device("meta"):  # no memory and no random draws: the parameters are old's
-            candidate = cls(**settings, bias=bias)
+            candidate = cls(**settings, **({} if bias is None else {"bias": bias}))
+        for name, module in modules.items():
+            setattr(candidate, name, module)
         theirs = candidate.state_dict(keep_vars=True)
         if set(theirs) == set(state) and all(_fits(state[k], theirs[k]) for k in state):
             new = candidate
@@ -139,7 +156,7 @@ def _converted(old: torch.nn.Module, cls: type) -> torch.nn.Module:
                          f"({'; '.join(tried)})")
     if new.node_dim != old.node_dim:
         raise ValueError(f"node_dim={old.node_dim} (gnnio's layer has {new.node_dim})")
-    _check_submodules(old)
+    _check_submodules(old, kept=tuple(modules))
     # PyG aggregates with aggr_module, which a user may have replaced after construction.
     if type(new.aggr_module) is not type(old.aggr_module):
         raise ValueError(f"its aggr_module is a {type(old.aggr_module).__name__}, not what "
@@ -171,10 +188,11 @@ def _converted(old: torch.nn.Module, cls: type) -> torch.nn.Module:
     return new
 
 
-def _check_submodules(old: torch.nn.Module) -> None:
+def _check_submodules(old: torch.nn.Module, kept: Tuple[str, ...]) -> None:
     """The new layer has gnnio's own linears, given old's parameters: so old's must be plain
     linears without hooks of their own (a user's Linear subclass or a hooked sublayer would
-    silently lose its behaviour), and nothing else but its aggregation module."""
+    silently lose its behaviour), and nothing else but its aggregation module and the modules
+    the new layer keeps (``kept``: GINConv's nn)."""
     from torch_geometric.nn.aggr import Aggregation
     from torch_geometric.nn.dense.linear import Linear as PyGLinear
 
@@ -183,6 +201,8 @@ def _check_submodules(old: torch.nn.Module) -> None:
             continue
         if name.split(".")[0] == "aggr_module" and isinstance(old.aggr_module, Aggregation):
             continue  # (compared with what aggr makes by the caller)
+        if name.split(".")[0] in kept:
+            continue
         if type(sub) not in (PyGLinear, torch.nn.Linear):
             raise ValueError(f"its submodule {name} is a {type(sub).__qualname__}, where gnnio's "
                              "layer has a plain linear")
