@@ -152,3 +152,47 @@ def test_from_pyg_keeps_the_nn_module():
     assert all(c.nn is net for c, net in zip(ours.convs, nets))
     assert all(isinstance(c.eps, torch.nn.Parameter) for c in ours.convs)
     check_against_pyg(pyg, ours, lambda m, t: m(t["x"], ei), {"x": torch.randn(n, 8)})
+
+
+def test_bad_inputs_raise_before_any_kernel(device):
+    """PYG_CONTRACTS' checklist: out-of-range or negative ids (IndexError), a float or
+    misshapen edge_index, rows that disagree with size or a Graph (ValueError); the layer works
+    afterwards."""
+    layer = gnnio.nn.GINConv(_mlp(4)).to(device)
+    x = torch.randn(5, 4, device=device)
+    for bad in ([[0, 1], [1, 5]], [[0, -1], [1, 2]], [[5, 0], [0, 1]]):
+        with pytest.raises(IndexError):
+            layer(x, torch.tensor(bad, device=device))
+    with pytest.raises(ValueError, match="integer"):
+        layer(x, torch.tensor([[0.0, 1.0], [1.0, 2.0]], device=device))
+    with pytest.raises(ValueError, match="shape"):
+        layer(x, torch.tensor([[0, 1, 2]], device=device))
+    with pytest.raises(ValueError, match="x_dst"):
+        layer((x, torch.randn(6, 4, device=device)), torch.tensor([[0], [1]], device=device), size=(5, 7))
+    with pytest.raises(ValueError):
+        layer(torch.randn(6, 4, device=device), gnnio.Graph(torch.tensor([[0], [1]], device=device), num_nodes=5))
+    ei = torch.tensor([[0, 1], [1, 2]], device=device)
+    assert layer(x, ei).shape == (5, 5)
+
+
+def test_empty_graph_and_int32_ids(device):
+    pyg, ours = _pair(8, device)
+    empty = torch.empty(2, 0, dtype=torch.long, device=device)
+    out = ours(torch.randn(0, 8, device=device), empty)
+    assert out.shape == (0, 5)
+    ei, n = random_graph(30, 100)
+    ei = ei.to(device)
+    check_against_pyg(pyg, ours, lambda m, t: m(t["x"], ei.int() if m is ours else ei),
+                      {"x": torch.randn(n, 8, device=device)})
+
+
+def test_pickled_layer_runs_after():
+    import io
+    ei, n = random_graph(20, 60)
+    x = torch.randn(n, 8)
+    layer = gnnio.nn.GINConv(_mlp(8), train_eps=True)
+    before = layer(x, ei)
+    buffer = io.BytesIO()
+    torch.save(layer, buffer)
+    buffer.seek(0)
+    torch.testing.assert_close(torch.load(buffer, weights_only=False)(x, ei), before, rtol=0, atol=0)
