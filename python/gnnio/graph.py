@@ -159,6 +159,10 @@ class Graph:
     def __getstate__(self):
         state = dict(self.__dict__)
         del state["cache_key"]  # the descriptors of this process's copy
+        # kept edge weights name their tensor by a weak reference, which does not pickle: a copy
+        # gathers them again at first use
+        state["_values"] = {k: v for k, v in state["_values"].items()
+                            if not (isinstance(v, tuple) and v and isinstance(v[0], weakref.ref))}
         return state
 
     def __setstate__(self, state):  # a pickled or deep-copied Graph gets descriptors of its own
@@ -304,7 +308,7 @@ class Graph:
         key = ("slot_weights", transpose, dtype)
         if cached:  # a kept entry was checked and cast when it was stored: no cast per call
             hit = self._values.get(key)
-            if hit is not None and hit[0] is edge_weight and hit[1] == edge_weight._version:
+            if hit is not None and hit[0]() is edge_weight and hit[1] == edge_weight._version:
                 return hit[2]
         w = self._check_edge_weight(edge_weight, dtype)
         perm = (self.csr_by_src if transpose else self.csr_by_dst).perm.long()
@@ -312,7 +316,10 @@ class Graph:
             return w[perm]
         with _normal_tensors():
             value = w[perm]
-        self._values[key] = (edge_weight, edge_weight._version, value)
+        # A weak reference: the Graph must not keep its caller's tensor alive (a sparse
+        # adjacency's values are a view of it, which kept the adjacency, and with it the layers'
+        # shared Graph of it, alive for good: a reviewer's finding).
+        self._values[key] = (weakref.ref(edge_weight), edge_weight._version, value)
         return value
 
     def _check_edge_weight(self, edge_weight, dtype):

@@ -116,3 +116,56 @@ def test_reset_parameters_forgets_the_shared_graph(builds):
     after = _run(model, x, [ei, ei])
     assert len(builds) == 2
     assert torch.equal(after, _run(model, x, [ei.clone(), ei.clone()]))
+
+
+def test_reset_parameters_forgets_graphs_of_earlier_tensors_too():
+    """(A reviewer's finding: reset dropped only the shared Graph of each layer's last tensor, so
+    training on ei_train, evaluating on ei_full, writing ei_train through .data and resetting
+    every layer still served ei_train's old Graph.)"""
+    n = 20
+    x = torch.randn(n, 4)
+    model = torch.nn.ModuleList([gnnio.nn.SAGEConv(4, 4, aggr="sum") for _ in range(2)])
+
+    def run(ei):
+        return model[1](model[0](x, ei).relu(), ei)
+    ei_train, ei_full = torch.randint(0, n, (2, 50)), torch.randint(0, n, (2, 80))
+    run(ei_train)
+    run(ei_full)
+    ei_train.data[0] = (ei_train[0] + 1) % n
+    for layer in model:
+        state = layer.state_dict()
+        layer.reset_parameters()
+        layer.load_state_dict(state)
+    assert torch.equal(run(ei_train), run(ei_train.clone()))
+
+
+@pytest.mark.parametrize("coalesced", [True, False])
+def test_sparse_adjacency_batches_are_freed(coalesced):
+    """(A reviewer's finding: a kept edge weight held the adjacency's values, a view of it, so
+    neither the adjacency nor its shared Graph was ever freed.) The Graph keeps its weights by
+    weak reference now; a layer's private coalesced copy is not shared."""
+    n, layer, refs = 200, gnnio.nn.GINConv(torch.nn.Identity()), []
+    x = torch.randn(n, 8)
+    gc.collect()
+    before = len(_common._SHARED._entries)
+    for _ in range(5):
+        adj = torch.sparse_coo_tensor(torch.randint(0, n, (2, 2000)), torch.rand(2000), (n, n))
+        adj = adj.coalesce() if coalesced else adj
+        layer(x, adj)
+        refs.append(weakref.ref(adj))
+        del adj
+    layer(x, torch.randint(0, n, (2, 5)))  # the layer moves on
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0
+    assert len(_common._SHARED._entries) <= before + 1  # (the last edge_index's)
+
+
+def test_a_graph_with_kept_weights_pickles():
+    import copy
+    import pickle
+    ei, n = random_graph(20, 60)
+    w = torch.rand(60)
+    g = gnnio.Graph(ei, num_nodes=n)
+    kept = g.slot_weights(w, torch.float32)
+    for other in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g)):
+        assert torch.equal(other.slot_weights(w, torch.float32), kept)

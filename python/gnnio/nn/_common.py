@@ -163,7 +163,8 @@ class _SharedGraphs:
     structures derived from it (self loops, transposes, plans), once, not once a layer. (CPU,
     50K nodes / 500K edges: a new edge_index cost a GATConv call 35 ms, a SAGEConv 15, a GCNConv
     45 of building: bench/NOTES.md.) One entry a tensor, the last key built; it goes when the
-    tensor does (a weak reference's callback), so a batch's Graph is freed with its batch."""
+    tensor does (a weak reference's callback), so a batch's Graph is freed with its batch; any
+    layer's reset_parameters() empties it."""
 
     def __init__(self):
         self._entries = {}  # id(tensor) -> (weak reference, key, Graph)
@@ -182,10 +183,8 @@ class _SharedGraphs:
                 del entries[i]
         entries[i] = (weakref.ref(tensor, forget), key, graph)
 
-    def drop(self, tensor: torch.Tensor) -> None:
-        entry = self._entries.get(id(tensor))
-        if entry is not None and entry[0]() is tensor:
-            del self._entries[id(tensor)]
+    def clear(self) -> None:
+        self._entries.clear()
 
 
 _SHARED = _SharedGraphs()
@@ -198,14 +197,14 @@ class GraphCache:
     version counter) and with the same node counts; anything else builds a new one, or takes
     the one another layer built from that tensor, unmodified, at those counts (_SharedGraphs).
     This is what PyG's ``cached=True`` gives for a fixed graph, but safe when the graph changes.
-    ``clear()`` (``reset_parameters()``) forgets the layer's Graph and the shared one of its
-    last tensor: the way to see writes that bypass the version counter.
+    ``clear()`` (``reset_parameters()``) forgets the layer's Graph and every shared one: the way
+    to see writes that bypass the version counter.
     """
 
     def __init__(self):
-        self.clear()
+        self._forget()
 
-    def get(self, edge_index, num_src: int, num_dst: Optional[int]) -> Graph:
+    def get(self, edge_index, num_src: int, num_dst: Optional[int], share: bool = True) -> Graph:
         if isinstance(edge_index, Graph):
             if edge_index.num_src != num_src or (num_dst is not None and edge_index.num_dst != num_dst):
                 raise ValueError(
@@ -225,10 +224,11 @@ class GraphCache:
                    num_dst, edge_index.device)
         if self._key is not None and self._key[0]() is edge_index and self._key[1] == key:
             return self._graph
-        graph = _SHARED.get(edge_index, key)
+        graph = _SHARED.get(edge_index, key) if share else None
         if graph is None:
             graph = Graph(edge_index, size=(num_src, num_dst))
-            _SHARED.put(edge_index, key, graph)
+            if share:
+                _SHARED.put(edge_index, key, graph)
         self._key, self._graph, self._unit_values = (weakref.ref(edge_index), key), graph, None
         return graph
 
@@ -249,7 +249,8 @@ class GraphCache:
             structure, values = self._coalesce(edge_index)
         else:
             structure, values = edge_index, adjacency_values(edge_index)
-        graph = self.get(structure, num_src, num_dst)
+        # (the coalesced copy is this layer's own: no other layer is given it)
+        graph = self.get(structure, num_src, num_dst, share=structure is edge_index)
         if values.dim() != 1:
             raise NotImplementedError(f"gnnio.nn.{layer}: a sparse adjacency with "
                                       f"{values.dim() - 1} dense value dimensions is not supported")
@@ -278,16 +279,20 @@ class GraphCache:
         return structure, adj.coalesce().values() if adj.requires_grad else structure.values()
 
     def clear(self):
-        last = getattr(self, "_key", None)
-        if last is not None and last[0]() is not None:
-            _SHARED.drop(last[0]())
+        """Forgets this layer's Graph and every shared one: a tensor written through ``.data``
+        (no version bump) may be any earlier one a layer got, not only this layer's last, and
+        the shared Graphs are rebuilt at their next use."""
+        _SHARED.clear()
+        self._forget()
+
+    def _forget(self):
         self._key = self._graph = self._unit_values = self._coalesced = None
 
     def __getstate__(self):  # a pickled layer (torch.save, multiprocessing) starts uncached
         return {}
 
     def __setstate__(self, state):
-        self.clear()
+        self._forget()
 
 
 class _LinearsOfOneInput(torch.autograd.Function):
