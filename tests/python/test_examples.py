@@ -17,6 +17,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
+import from_pyg  # noqa: E402
 import models  # noqa: E402
 import sampling  # noqa: E402
 import train  # noqa: E402
@@ -67,6 +68,18 @@ def test_full_graph_loss_curves_agree_float64(cora, name):
     curves = loss_curves(name, cora, torch.float64, steps=10)
     diff = max(abs(a - b) for a, b in zip(curves["gnnio"], curves["pyg"]))
     assert diff <= 1e-9, f"{name}: float64 loss curves differ by {diff:.3g}"
+
+
+@pytest.mark.parametrize("name", from_pyg.MODELS)
+def test_from_pyg_example_curves_agree(cora, name):
+    """examples/from_pyg.py: PyG's own model and its from_pyg copy train alike (the float32
+    rule of the curves above: 1e-4 over 20 Adam steps)."""
+    curves, converted = from_pyg.run(name, cora, STEPS, log=None)
+    assert all(type(c).__module__.startswith("gnnio.nn.conv") for c in converted.convs)
+    diff = max(abs(a - b) for a, b in zip(curves["gnnio"], curves["pyg"]))
+    assert len(curves["gnnio"]) == STEPS
+    assert diff <= 1e-4, f"{name}: from_pyg's copy and PyG's model differ by {diff:.3g}"
+    assert curves["gnnio"][-1] < 0.9 * curves["gnnio"][0], f"{name}: did not learn"
 
 
 def test_model_structure():
