@@ -22,6 +22,14 @@ def check_kwargs(layer: str, kwargs: dict) -> None:
         raise NotImplementedError(f"gnnio.nn.{layer} does not support the argument {name}={value!r} yet")
 
 
+def check_sum_kwargs(layer: str, kwargs: dict) -> None:
+    """check_kwargs for a layer whose aggregation is the sum: PyG's ``aggr='add'`` (its default)
+    or ``'sum'``, the same aggregation there, are accepted; anything else is refused."""
+    if kwargs.get("aggr", "add") in ("add", "sum"):
+        kwargs.pop("aggr", None)
+    check_kwargs(layer, kwargs)
+
+
 def check_channels(layer: str, *channels) -> None:
     """Output sizes, heads and edge_dim: positive ints."""
     for c in channels:

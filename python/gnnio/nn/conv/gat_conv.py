@@ -8,7 +8,7 @@ from gnnio.adjacency import (adjacency_values_2d, is_sparse_adjacency, set_value
                               sorted_adjacency)
 from gnnio.graph import Graph
 from gnnio.nn._base import LayerBase
-from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs,
+from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_sum_kwargs,
                                glorot, linear, reset_linear, split_pair)
 from gnnio.nn.conv.graph_conv import _sizes
 from gnnio.ops import graph_attention, head_scores
@@ -16,12 +16,6 @@ from gnnio.ops import graph_attention, head_scores
 # Helpers shared by the attention layers (GATConv, GATv2Conv, TransformerConv).
 
 _FILL_REDUCTIONS = ("add", "sum", "mean", "min", "max", "mul", "any")
-
-
-def _check_aggr(layer: str, kwargs: dict) -> None:
-    if kwargs.get("aggr", "add") in ("add", "sum"):
-        kwargs.pop("aggr", None)
-    check_kwargs(layer, kwargs)
 
 
 def _check_fill_value(layer: str, fill_value) -> None:
@@ -221,7 +215,7 @@ class GATConv(LayerBase):
                  add_self_loops: bool = True, edge_dim: Optional[int] = None,
                  fill_value: Union[float, Tensor, str] = "mean", bias: bool = True,
                  residual: bool = False, **kwargs):
-        _check_aggr("GATConv", kwargs)
+        check_sum_kwargs("GATConv", kwargs)
         pair = (in_channels, in_channels) if isinstance(in_channels, int) else tuple(in_channels)
         check_in_channels("GATConv", *pair)
         check_channels("GATConv", out_channels, heads)

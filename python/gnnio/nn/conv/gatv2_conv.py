@@ -5,9 +5,10 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from gnnio.nn._base import LayerBase
-from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, glorot, linear,
-                               linears_of_one_input, materialise_lazy, reset_linear, split_pair)
-from gnnio.nn.conv.gat_conv import (_check_aggr, _check_edge_attr, _check_fill_value,
+from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_sum_kwargs,
+                               glorot, linear, linears_of_one_input, materialise_lazy,
+                               reset_linear, split_pair)
+from gnnio.nn.conv.gat_conv import (_check_edge_attr, _check_fill_value,
                                     _coalesced_for_loops, _combine_heads, _edge_attr_of,
                                     _in_dtype, _op_bias, _returned_weights, _with_self_loops)
 from gnnio.ops import graph_attention
@@ -51,7 +52,7 @@ class GATv2Conv(LayerBase):
                  add_self_loops: bool = True, edge_dim: Optional[int] = None,
                  fill_value: Union[float, Tensor, str] = "mean", bias: bool = True,
                  share_weights: bool = False, residual: bool = False, **kwargs):
-        _check_aggr("GATv2Conv", kwargs)
+        check_sum_kwargs("GATv2Conv", kwargs)
         pair = (in_channels, in_channels) if isinstance(in_channels, int) else tuple(in_channels)
         check_in_channels("GATv2Conv", *pair)
         check_channels("GATv2Conv", out_channels, heads)

@@ -6,7 +6,7 @@ from torch.nn import Parameter
 
 from gnnio.adjacency import is_sparse_adjacency
 from gnnio.nn._base import LayerBase
-from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_kwargs, linear,
+from gnnio.nn._common import (GraphCache, check_channels, check_in_channels, check_sum_kwargs, linear,
                                flat_edge_weight, per_node, reset_linear)
 from gnnio.ops import gcn_propagate
 
@@ -49,9 +49,7 @@ class GCNConv(LayerBase):
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: Optional[bool] = None,
                  normalize: bool = True, bias: bool = True, **kwargs):
-        if kwargs.get("aggr", "add") in ("add", "sum"):  # (one aggregation in PyG)
-            kwargs.pop("aggr", None)
-        check_kwargs("GCNConv", kwargs)
+        check_sum_kwargs("GCNConv", kwargs)
         check_in_channels("GCNConv", in_channels)
         check_channels("GCNConv", out_channels)
         super().__init__(aggr="add", node_dim=-2)  # PyG's layer's, which user code reads

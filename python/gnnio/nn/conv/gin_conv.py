@@ -4,7 +4,7 @@ import torch
 from torch import Tensor
 
 from gnnio.nn._base import LayerBase
-from gnnio.nn._common import GraphCache, check_kwargs, per_node, split_pair
+from gnnio.nn._common import GraphCache, check_sum_kwargs, per_node, split_pair
 from gnnio.nn.conv.graph_conv import _sizes
 from gnnio.ops import spmm
 
@@ -35,9 +35,7 @@ class GINConv(LayerBase):
     """
 
     def __init__(self, nn: Callable, eps: float = 0.0, train_eps: bool = False, **kwargs):
-        if kwargs.get("aggr", "add") in ("add", "sum"):  # (one aggregation in PyG)
-            kwargs.pop("aggr", None)
-        check_kwargs("GINConv", kwargs)
+        check_sum_kwargs("GINConv", kwargs)
         super().__init__(aggr="add", node_dim=-2)  # PyG's layer's, which user code reads
         self.nn = nn
         self.initial_eps = eps

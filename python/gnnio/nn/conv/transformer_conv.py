@@ -5,9 +5,10 @@ import torch
 from torch import Tensor
 
 from gnnio.nn._base import LayerBase
-from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, check_in_channels, linear,
+from gnnio.nn._common import (GraphCache, _plain_linear, check_channels, check_in_channels,
+                               check_sum_kwargs, linear,
                                linears_of_one_input, materialise_lazy, reset_linear, split_pair)
-from gnnio.nn.conv.gat_conv import _check_aggr, _check_edge_attr, _edge_attr_of, _returned_edge_index
+from gnnio.nn.conv.gat_conv import _check_edge_attr, _edge_attr_of, _returned_edge_index
 from gnnio.ops import attention_weights, graph_attention
 from gnnio.nn.conv import _reassociated
 from gnnio.nn.conv._reassociated import ReassociatedAttention
@@ -67,7 +68,7 @@ class TransformerConv(LayerBase):
                  heads: int = 1, concat: bool = True, beta: bool = False, dropout: float = 0.0,
                  edge_dim: Optional[int] = None, bias: bool = True, root_weight: bool = True,
                  **kwargs):
-        _check_aggr("TransformerConv", kwargs)
+        check_sum_kwargs("TransformerConv", kwargs)
         pair = (in_channels, in_channels) if isinstance(in_channels, int) else tuple(in_channels)
         check_in_channels("TransformerConv", *pair)
         check_channels("TransformerConv", out_channels, heads)
