@@ -16,13 +16,13 @@ device_env
 # then, so the log's tail is printed either way.
 card=$(device_prefix)
 if [ -n "${QUICK_TEST_FILES:-}" ]; then
-  timeout "${QUICK_TEST_S:-90}" python3 -m pytest ${QUICK_TEST_FILES} -k "${TEST_K:-cuda}" \
-    -q -rfE -p no:cacheprovider > "$OUT/pytest.log" 2>&1 || echo "tests: rc $?"
+  selection=(${QUICK_TEST_FILES} -k "${TEST_K:-cuda}")
 else
-  timeout "${QUICK_TEST_S:-90}" python3 -m pytest tests/python/test_head_scores.py \
-    tests/python/test_attention_cuda.py tests/python/test_attention_cuda_hub.py tests/python/test_layers.py -m cuda -k "${TEST_K:-hubs}" \
-    -q -rfE -p no:cacheprovider > "$OUT/pytest.log" 2>&1 || echo "tests: rc $?"
+  selection=(tests/python/test_head_scores.py tests/python/test_attention_cuda.py
+             tests/python/test_attention_cuda_hub.py tests/python/test_layers.py -m cuda -k "${TEST_K:-hubs}")
 fi
+timeout "${QUICK_TEST_S:-90}" python3 -m pytest "${selection[@]}" -q -rfE -p no:cacheprovider \
+  > "$OUT/pytest.log" 2>&1 || echo "tests: rc $?"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | cut -c1-200 | head -20
 tail -c 400 "$OUT/pytest.log"; echo
 echo "tests: $(( $(date +%s) - T0 )) s"
